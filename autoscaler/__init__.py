@@ -1,0 +1,1 @@
+"""Controller: cluster view, signals, snapshot, pure policies, actuators, webhook, simulator."""

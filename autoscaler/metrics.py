@@ -1,0 +1,169 @@
+"""The controller's metric catalog (DESIGN.md "Metric contract", controller part).
+
+One table names every family the controller exposes; ``autoscaler/collector.py`` renders them
+from the latest ``ClusterSnapshot`` and the decision/self counters, dashboards and alerts import
+the names from here, and docs/metrics.md is generated from it.  Label values are bounded:
+reasons come from ``autoscaler.reasons``; there are no per-workload or per-task series.
+"""
+
+from __future__ import annotations
+
+from exporter.metrics import MetricSpec
+
+# Buckets past Kueue's 40 960 s top (Kueue: 1s * 2^n up to 40960 s); ours go to ~2 days.
+WAIT_BUCKETS: tuple[float, ...] = (
+    1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 40960, 86400, 172800,
+)
+DECISION_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+RECONCILE_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+# --- queues -------------------------------------------------------------------------------------------
+QUEUE_PENDING_WORKLOADS = MetricSpec(
+    "queuepilot_queue_pending_workloads", "gauge",
+    "Workloads waiting for quota or admission (not admitted, not finished, active).",
+    "count", ("cluster_queue", "local_queue"), "STABLE", "Kueue Workloads",
+)
+QUEUE_OLDEST_PENDING = MetricSpec(
+    "queuepilot_queue_oldest_pending_seconds", "gauge",
+    "Age of the oldest pending workload, measured from creation or its last requeue (Kueue's T0).",
+    "seconds", ("cluster_queue", "local_queue"), "STABLE", "Kueue Workloads",
+)
+QUEUE_PENDING_GPUS = MetricSpec(
+    "queuepilot_queue_pending_gpus", "gauge",
+    "GPUs requested by pending workloads, by the flavor they are assigned or would most likely get.",
+    "count", ("cluster_queue", "flavor"), "STABLE", "Kueue Workloads",
+)
+QUEUE_WAIT_SECONDS = MetricSpec(
+    "queuepilot_queue_wait_seconds", "histogram",
+    "Time from creation or last requeue to admission, including time held by admission checks.",
+    "seconds", ("cluster_queue",), "STABLE", "Kueue Workloads (Admitted transition)",
+)
+
+# --- capacity -----------------------------------------------------------------------------------------
+FLAVOR_GPUS = MetricSpec(
+    "queuepilot_flavor_gpus", "gauge",
+    "GPUs of a ResourceFlavor by state: nominal quota, healthy, unhealthy, allocated, free (healthy, unallocated, unpromised).",
+    "count", ("flavor", "state"), "STABLE", "Nodes + exporter GPU signal + ClusterQueues",
+)
+FLAVOR_LARGEST_FREE_BLOCK = MetricSpec(
+    "queuepilot_flavor_largest_free_block_gpus", "gauge",
+    "Largest number of free healthy GPUs on one node of the flavor (the biggest pod that can be placed).",
+    "count", ("flavor",), "STABLE", "Nodes + exporter GPU signal",
+)
+
+# --- admission ----------------------------------------------------------------------------------------
+ADMISSION_DECISIONS_TOTAL = MetricSpec(
+    "queuepilot_admission_decisions_total", "counter",
+    "AdmissionCheck decisions written (or, in dry-run, that would be written), by state and reason.",
+    "count", ("cluster_queue", "state", "reason"), "STABLE", "admission policy",
+)
+ADMISSION_DECISION_SECONDS = MetricSpec(
+    "queuepilot_admission_decision_seconds", "histogram",
+    "Time from QuotaReserved=True to our decision on the workload.",
+    "seconds", (), "STABLE", "admission policy",
+)
+RESERVED_GPUS = MetricSpec(
+    "queuepilot_admission_reserved_gpus", "gauge",
+    "GPUs promised to workloads marked Ready whose pods are not yet running (the reservation ledger).",
+    "count", ("flavor",), "ALPHA", "admission ledger",
+)
+
+# --- Ray ------------------------------------------------------------------------------------------------
+RAY_WORKERS = MetricSpec(
+    "queuepilot_raycluster_workers", "gauge",
+    "Worker replicas of a RayCluster worker group: current, desired (our recommendation), min, max.",
+    "count", ("namespace", "raycluster", "group", "kind"), "STABLE", "RayCluster spec/status + scaler",
+)
+RAY_PENDING_GPUS = MetricSpec(
+    "queuepilot_raycluster_pending_gpus", "gauge",
+    "GPUs requested by Ray demand (tasks, actors, placement groups) that is not yet scheduled.",
+    "count", ("namespace", "raycluster", "group"), "STABLE", "Ray dashboard API",
+)
+RAY_GPU_UTILIZATION = MetricSpec(
+    "queuepilot_raycluster_gpu_utilization_ratio", "gauge",
+    "Mean GPU utilization (0-1) of the group's workers' GPUs.",
+    "ratio", ("namespace", "raycluster", "group"), "STABLE", "exporter GPU signal joined by pod",
+)
+RAY_IDLE_GPUS = MetricSpec(
+    "queuepilot_raycluster_idle_gpus", "gauge",
+    "GPUs held by workers that are idle (utilization under the threshold for the idle window, no Ray work).",
+    "count", ("namespace", "raycluster", "group"), "STABLE", "scaler",
+)
+
+# --- scaling --------------------------------------------------------------------------------------------
+SCALE_DECISIONS_TOTAL = MetricSpec(
+    "queuepilot_scale_decisions_total", "counter",
+    "Worker-group scaling decisions by direction and reason.",
+    "count", ("namespace", "raycluster", "group", "direction", "reason"), "STABLE", "scaling policy",
+)
+
+# --- self -----------------------------------------------------------------------------------------------
+IS_LEADER = MetricSpec(
+    "queuepilot_controller_is_leader", "gauge",
+    "1 if this replica holds the leader Lease and acts, 0 if it only serves metrics.",
+    "bool", (), "STABLE", "leader election",
+)
+RECONCILE_SECONDS = MetricSpec(
+    "queuepilot_reconcile_seconds", "histogram",
+    "Time one pass of a control loop took.",
+    "seconds", ("loop",), "STABLE", "controller",
+)
+WATCH_RESTARTS_TOTAL = MetricSpec(
+    "queuepilot_watch_restarts_total", "counter",
+    "Watch streams restarted (dropped connection, 410 Gone relist, error backoff), by resource.",
+    "count", ("resource",), "STABLE", "cluster view",
+)
+SIGNAL_AGE_SECONDS = MetricSpec(
+    "queuepilot_signal_age_seconds", "gauge",
+    "Age of the newest data from each input signal (gpu, ray, and each watched resource).",
+    "seconds", ("signal",), "STABLE", "signals",
+)
+SIGNAL_STALE = MetricSpec(
+    "queuepilot_signal_stale", "gauge",
+    "1 when a signal is older than its staleness limit and decisions treat it as missing.",
+    "bool", ("signal",), "ALPHA", "signals",
+)
+SOURCE_ERRORS_TOTAL = MetricSpec(
+    "queuepilot_source_errors_total", "counter",
+    "Errors reading an input (malformed object, bad HTTP answer, timeout), by source and bounded kind.",
+    "count", ("source", "kind"), "STABLE", "cluster view + signals",
+)
+WRITE_ERRORS_TOTAL = MetricSpec(
+    "queuepilot_write_errors_total", "counter",
+    "Failed writes to the API server (after retries), by resource and bounded kind (conflict, invalid, forbidden, server).",
+    "count", ("resource", "kind"), "STABLE", "actuators",
+)
+WRITES_TOTAL = MetricSpec(
+    "queuepilot_writes_total", "counter",
+    "Writes made to the API server, by resource and verb (dry-run counts what would have been written).",
+    "count", ("resource", "verb"), "ALPHA", "actuators",
+)
+CACHE_OBJECTS = MetricSpec(
+    "queuepilot_cache_objects", "gauge",
+    "Objects held in the watch cache, by resource.",
+    "count", ("resource",), "ALPHA", "cluster view",
+)
+CACHE_SYNCED = MetricSpec(
+    "queuepilot_cache_synced", "gauge",
+    "1 once the resource's initial list has completed.",
+    "bool", ("resource",), "ALPHA", "cluster view",
+)
+
+QUEUE_FAMILIES = (QUEUE_PENDING_WORKLOADS, QUEUE_OLDEST_PENDING, QUEUE_PENDING_GPUS, QUEUE_WAIT_SECONDS)
+CAPACITY_FAMILIES = (FLAVOR_GPUS, FLAVOR_LARGEST_FREE_BLOCK)
+ADMISSION_FAMILIES = (ADMISSION_DECISIONS_TOTAL, ADMISSION_DECISION_SECONDS, RESERVED_GPUS)
+RAY_FAMILIES = (RAY_WORKERS, RAY_PENDING_GPUS, RAY_GPU_UTILIZATION, RAY_IDLE_GPUS)
+SCALING_FAMILIES = (SCALE_DECISIONS_TOTAL,)
+SELF_FAMILIES = (
+    IS_LEADER, RECONCILE_SECONDS, WATCH_RESTARTS_TOTAL, SIGNAL_AGE_SECONDS, SIGNAL_STALE,
+    SOURCE_ERRORS_TOTAL, WRITE_ERRORS_TOTAL, WRITES_TOTAL, CACHE_OBJECTS, CACHE_SYNCED,
+)
+
+CATALOG: tuple[MetricSpec, ...] = (
+    *QUEUE_FAMILIES, *CAPACITY_FAMILIES, *ADMISSION_FAMILIES, *RAY_FAMILIES, *SCALING_FAMILIES, *SELF_FAMILIES,
+)
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
+
+FLAVOR_STATES = ("nominal", "healthy", "unhealthy", "allocated", "free")
+WORKER_KINDS = ("current", "desired", "min", "max")
+DIRECTIONS = ("up", "down", "hold")

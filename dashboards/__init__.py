@@ -1,0 +1,1 @@
+"""Grafana dashboards as grafanalib code; generated/*.json is the committed output."""

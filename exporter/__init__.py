@@ -1,0 +1,1 @@
+"""Node agent: samples GPUs, attributes them to pods, classifies health, serves /metrics."""

@@ -1,0 +1,5 @@
+import sys
+
+from queuepilot.cli import main
+
+sys.exit(main())

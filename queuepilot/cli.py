@@ -1,0 +1,50 @@
+"""The one console script, ``queuepilot <subcommand> ...``.
+
+This is the only module that imports every package (DESIGN.md: only the CLI dispatcher imports
+all).  Each subcommand owns its flags in its own package; the dispatcher forwards the rest of the
+command line to that package's ``main(argv) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "exporter": ("exporter.cli", "node GPU exporter (DaemonSet): NVML / dcgm-exporter / simulated source"),
+    "controller": ("autoscaler.controller_cli", "the controller: AdmissionCheck, Ray worker-group scaler, webhook"),
+    "dashboards": ("dashboards.cli", "write the Grafana dashboards (JSON)"),
+    "alerts": ("alerts.cli", "write the Prometheus alert rules (YAML)"),
+    "simulate": ("autoscaler.simulate_cli", "trace-driven simulation of policies and baselines"),
+    "demo": ("autoscaler.demo", "the whole system, simulated, in one process"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="queuepilot",
+        description="GPU-, queue- and Ray-aware admission and autoscaling for Kueue + KubeRay clusters.",
+        epilog="Run 'queuepilot <subcommand> --help' for a subcommand's flags.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="<subcommand>")
+    for name, (_, help_) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    if not argv or argv[0] not in SUBCOMMANDS:
+        parser.parse_args(argv or ["--help"])
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    return int(module.main(argv[1:]) or 0)
+
+
+def _version() -> str:
+    from queuepilot import __version__
+
+    return __version__
+
+
+if __name__ == "__main__":
+    sys.exit(main())
