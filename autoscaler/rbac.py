@@ -1,0 +1,35 @@
+"""Every Kubernetes API call the controller makes, as (api group, resource, verb).
+
+This set is the contract between the code and the chart's RBAC: ``charts/queuepilot`` must grant
+exactly these (tests/chart compares them both ways), and the tests that run the controller
+against the fake API server check that every request it observed is in this set.
+The core API group is "".
+"""
+
+from __future__ import annotations
+
+KUEUE = "kueue.x-k8s.io"
+RAY = "ray.io"
+COORD = "coordination.k8s.io"
+
+CONTROLLER_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        # cluster view: list + watch (and get for a fresh read before a retried write)
+        *((KUEUE, r, v) for r in ("workloads", "clusterqueues", "localqueues", "resourceflavors", "admissionchecks")
+          for v in ("list", "watch")),
+        (KUEUE, "workloads", "get"),
+        (KUEUE, "workloads/status", "patch"),  # our admissionChecks entry, server-side apply
+        (KUEUE, "admissionchecks/status", "patch"),  # the Active condition
+        *((RAY, r, v) for r in ("rayclusters", "rayjobs") for v in ("list", "watch")),
+        (RAY, "rayclusters", "get"),
+        (RAY, "rayclusters", "patch"),  # worker group replicas / min / max / workersToDelete
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "events", "create"),
+        (COORD, "leases", "get"),
+        (COORD, "leases", "create"),
+        (COORD, "leases", "update"),
+    }
+)
