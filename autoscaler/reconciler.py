@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from autoscaler.counters import ControllerCounters
 from autoscaler.snapshot import ClusterSnapshot
 
 # (namespace, raycluster, group)
@@ -36,6 +37,7 @@ class ControllerContext:
 
     api_client: Any  # kubernetes_asyncio.client.ApiClient (None in the demo/simulator)
     registry: CollectorRegistry
+    counters: ControllerCounters
     dry_run: bool = False
     # Parsed configuration file (YAML) sections, e.g. {"admission": {...}, "scaling": {...}, "webhook": {...}}
     settings: dict[str, Any] = field(default_factory=dict)
