@@ -47,6 +47,11 @@ POD_LABELS: tuple[str, ...] = ("container", "namespace", "pod")
 DCGM_SERIES_LABELS: tuple[str, ...] = (*GPU_LABELS, DRIVER_LABEL, *POD_LABELS)
 DCGM_OPTIONAL_LABELS: tuple[str, ...] = (*MIG_LABELS, DRIVER_LABEL, *POD_LABELS)
 
+# queuepilot's own families follow Prometheus naming (promtool check metrics: snake_case labels),
+# so they carry the same identity in snake_case. Join them to DCGM series on (instance, gpu) -- both
+# come from the same scrape target -- or label_replace(..., "hostname", "$1", "Hostname", "(.*)").
+QP_GPU_LABELS: tuple[str, ...] = ("gpu", "uuid", "pci_bus_id", "device", "model_name", "hostname")
+
 
 def _dcgm(name: str, type_: MetricType, help_: str, unit: str, source: str) -> MetricSpec:
     return MetricSpec(
@@ -171,7 +176,7 @@ GPU_HEALTHY = MetricSpec(
     type="gauge",
     help="1 if the GPU is healthy, 0 if not; reason says why (one of exporter.health.REASONS).",
     unit="bool",
-    labels=(*GPU_LABELS, "reason"),
+    labels=(*QP_GPU_LABELS, "reason"),
     stability="STABLE",
     source="exporter.health",
 )
@@ -180,7 +185,7 @@ GPU_ALLOCATED = MetricSpec(
     type="gauge",
     help="1 if the kubelet has allocated the GPU to a pod container (pod labels present), 0 if free.",
     unit="bool",
-    labels=(*GPU_LABELS, *POD_LABELS),
+    labels=(*QP_GPU_LABELS, *POD_LABELS),
     stability="STABLE",
     source="kubelet PodResources v1 List",
     optional_labels=POD_LABELS,
@@ -190,7 +195,7 @@ GPU_XID_ERRORS_TOTAL = MetricSpec(
     type="counter",
     help="XID errors seen on the GPU since the exporter started, by XID code (dcgm-exporter keeps only the last).",
     unit="count",
-    labels=(*GPU_LABELS, "xid"),
+    labels=(*QP_GPU_LABELS, "xid"),
     stability="STABLE",
     source="nvmlEventSetWait_v2",
 )
@@ -201,7 +206,7 @@ EXPORTER_COLLECT_SECONDS = MetricSpec(
     type="gauge",
     help="Wall-clock time the last collection cycle took.",
     unit="seconds",
-    labels=("Hostname", "source"),
+    labels=("hostname", "source"),
     source="computed",
 )
 EXPORTER_SOURCE_ERRORS_TOTAL = MetricSpec(
@@ -209,7 +214,7 @@ EXPORTER_SOURCE_ERRORS_TOTAL = MetricSpec(
     type="counter",
     help="Errors met while collecting, by source and bounded kind.",
     unit="count",
-    labels=("Hostname", "source", "kind"),
+    labels=("hostname", "source", "kind"),
     source="computed",
 )
 EXPORTER_LAST_SUCCESS = MetricSpec(
@@ -217,7 +222,7 @@ EXPORTER_LAST_SUCCESS = MetricSpec(
     type="gauge",
     help="Unix time of the last successful collection.",
     unit="seconds",
-    labels=("Hostname", "source"),
+    labels=("hostname", "source"),
     source="computed",
 )
 EXPORTER_GPUS = MetricSpec(
@@ -225,7 +230,7 @@ EXPORTER_GPUS = MetricSpec(
     type="gauge",
     help="GPUs the exporter sees on this node.",
     unit="count",
-    labels=("Hostname", "source"),
+    labels=("hostname", "source"),
     source="computed",
 )
 EXPORTER_SNAPSHOT_AGE = MetricSpec(
@@ -233,7 +238,7 @@ EXPORTER_SNAPSHOT_AGE = MetricSpec(
     type="gauge",
     help="Age of the sample being served at scrape time (grows when collection stalls).",
     unit="seconds",
-    labels=("Hostname", "source"),
+    labels=("hostname", "source"),
     source="computed",
 )
 EXPORTER_POD_RESOURCES_UP = MetricSpec(
@@ -241,7 +246,7 @@ EXPORTER_POD_RESOURCES_UP = MetricSpec(
     type="gauge",
     help="1 if the last kubelet PodResources List call succeeded, 0 if not.",
     unit="bool",
-    labels=("Hostname",),
+    labels=("hostname",),
     source="kubelet PodResources v1",
 )
 
