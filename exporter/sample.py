@@ -32,7 +32,7 @@ class MigInstance:
     gpu_instance_id: int
     profile: str  # e.g. "1g.10gb"
     uuid: str  # "MIG-..." as the device plugin reports it
-    fields: Mapping[str, float] = EMPTY
+    fields: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     pod: PodRef | None = None
 
 
@@ -62,7 +62,7 @@ class GpuSample:
     uuid: str  # "GPU-..."
     pci_bus_id: str
     model_name: str
-    fields: Mapping[str, float] = EMPTY
+    fields: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     driver_version: str = ""
     mig: tuple[MigInstance, ...] = ()
     pod: PodRef | None = None
@@ -71,7 +71,7 @@ class GpuSample:
     # XID events seen since the previous sample: tuple of (xid, unix time seen)
     xid_events: tuple[tuple[int, float], ...] = ()
     # Source-specific extra series to pass through unchanged (the dcgm source's DCGM_FI_PROF_* etc.)
-    extra: Mapping[str, float] = EMPTY
+    extra: Mapping[str, float] = field(default_factory=lambda: EMPTY)
 
     @property
     def device(self) -> str:
