@@ -99,6 +99,7 @@ class NvmlSource:
     """A ``GpuSource`` over NVML. ``clock`` stamps XID events; ``xid_wait_ms`` bounds one event wait."""
 
     name = "nvml"
+    ERROR_KINDS = ERROR_KINDS
 
     def __init__(
         self,
