@@ -21,12 +21,12 @@ RECONCILE_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 QUEUE_PENDING_WORKLOADS = MetricSpec(
     "queuepilot_queue_pending_workloads", "gauge",
     "Workloads waiting for quota or admission (not admitted, not finished, active).",
-    "count", ("cluster_queue", "local_queue"), "STABLE", "Kueue Workloads",
+    "count", ("cluster_queue", "namespace", "local_queue"), "STABLE", "Kueue Workloads",
 )
 QUEUE_OLDEST_PENDING = MetricSpec(
     "queuepilot_queue_oldest_pending_seconds", "gauge",
     "Age of the oldest pending workload, measured from creation or its last requeue (Kueue's T0).",
-    "seconds", ("cluster_queue", "local_queue"), "STABLE", "Kueue Workloads",
+    "seconds", ("cluster_queue", "namespace", "local_queue"), "STABLE", "Kueue Workloads",
 )
 QUEUE_PENDING_GPUS = MetricSpec(
     "queuepilot_queue_pending_gpus", "gauge",

@@ -1,0 +1,293 @@
+"""queuepilot's Prometheus alert rules, written as data.
+
+Naming: alerts about a GPU device are ``GPU…``; alerts about what queuepilot measures or runs
+(exporter, queues, Ray groups, the controller) are ``QueuePilot…``.  Every alert carries
+``severity`` (critical = page now, warning = work queue, info = context), a ``for``, a
+``summary`` without label values, a ``description`` with them and a ``runbook_url`` to the
+alert's anchor in docs/runbooks.md (``<base>#<lowercased alert name>``).
+
+Metric names come from the catalogs (``exporter.metrics``, ``autoscaler.metrics``); GPU health
+reasons from the exporter's health module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alerts.config import AlertConfig, fmt_number
+from autoscaler import metrics as cm
+from exporter import metrics as em
+from exporter.health import FATAL_XID as REASON_FATAL_XID
+from exporter.health import GPU_LOST as REASON_GPU_LOST
+
+SEVERITIES = ("critical", "warning", "info")
+
+# dcgm-exporter's clock-event bitmask: bit 5 = SW thermal slowdown (0x20), bit 6 = HW thermal (0x40)
+_THERMAL_BITS = "(floor({m} / 32) % 4) > 0"
+
+# queuepilot's own GPU families use snake_case identity labels (hostname, uuid); every GPU alert also
+# carries dcgm-exporter's Hostname / UUID so routing and inhibition match across both kinds of alert.
+def _dcgm_identity(expr: str) -> str:
+    return f'label_replace(label_replace({expr}, "Hostname", "$1", "hostname", "(.+)"), "UUID", "$1", "uuid", "(.+)")'
+
+
+def _dcgm_host(expr: str) -> str:
+    return f'label_replace({expr}, "Hostname", "$1", "hostname", "(.+)")'
+
+
+# pod labels arrive as pod/namespace (honorLabels) or exported_pod/exported_namespace (without)
+_POD_NORMALIZE = (
+    'label_replace(label_replace({expr}, "pod", "$1", "exported_pod", "(.+)"), '
+    '"namespace", "$1", "exported_namespace", "(.+)")'
+)
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    severity: str
+    expr: str
+    for_: str
+    summary: str
+    description: str
+    group: str
+
+    def to_rule(self, config: AlertConfig) -> dict:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": config.for_overrides.get(self.name, self.for_),
+            "labels": {"severity": self.severity},
+            "annotations": {
+                "summary": self.summary,
+                "description": self.description,
+                "runbook_url": f"{config.runbook_base_url}#{self.name.lower()}",
+            },
+        }
+
+
+GROUP_ORDER = (
+    "queuepilot-gpu",
+    "queuepilot-allocation",
+    "queuepilot-queues",
+    "queuepilot-ray",
+    "queuepilot-controller",
+)
+
+
+def alerts(c: AlertConfig) -> list[Alert]:
+    """Every alert, rendered with the thresholds in ``c``."""
+    n = fmt_number
+    healthy = em.GPU_HEALTHY.name
+    gpu_where = "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) on node {{ $labels.Hostname }}"
+    by_group = "namespace, raycluster, group"
+    workers = cm.RAY_WORKERS.name
+    return [
+        # --- GPU -------------------------------------------------------------------------------
+        Alert(
+            "GPUFatalXid", "critical",
+            _dcgm_identity(f'{healthy}{{reason="{REASON_FATAL_XID}"}} == 0'),
+            "1m",
+            "A GPU reported a fatal XID error and is marked unhealthy.",
+            f"{gpu_where} reported an XID that needs a GPU reset or node reboot; queuepilot no longer "
+            "counts it as capacity. The last XID code is in DCGM_FI_DEV_XID_ERRORS.",
+            "queuepilot-gpu",
+        ),
+        Alert(
+            "GPUUncorrectableEccErrors", "critical",
+            f"increase({em.BY_NAME['DCGM_FI_DEV_ECC_DBE_VOL_TOTAL'].name}[{c.ecc_window}]) > 0",
+            "1m",
+            "A GPU has uncorrectable (double-bit) ECC memory errors.",
+            f"{gpu_where} counted {{{{ printf \"%.0f\" $value }}}} uncorrectable ECC errors in the last "
+            f"{c.ecc_window}; jobs on it may have computed on corrupt memory.",
+            "queuepilot-gpu",
+        ),
+        Alert(
+            "GPURowRemapFailure", "critical",
+            f"{em.BY_NAME['DCGM_FI_DEV_ROW_REMAP_FAILURE'].name} > 0",
+            "1m",
+            "A GPU failed to remap a memory row and must be serviced.",
+            f"{gpu_where} reports a row-remapping failure: it has run out of spare rows and needs an RMA "
+            "or field diagnostics.",
+            "queuepilot-gpu",
+        ),
+        Alert(
+            "GPULost", "critical",
+            _dcgm_identity(f'{healthy}{{reason="{REASON_GPU_LOST}"}} == 0'),
+            "1m",
+            "A GPU fell off the bus or stopped answering NVML.",
+            f"{gpu_where} is lost (NVML cannot reach it); pods on it are stuck and the node needs a reboot.",
+            "queuepilot-gpu",
+        ),
+        Alert(
+            "GPUNodeUnhealthy", "critical",
+            f"count by (Hostname) ({_dcgm_host(f'{healthy} == 0')}) >= {n(c.node_unhealthy_gpus)}",
+            "5m",
+            "Several GPUs on one node are unhealthy.",
+            "{{ printf \"%.0f\" $value }} GPUs on node {{ $labels.Hostname }} are unhealthy; treat the node "
+            "as failed (cordon and drain) rather than each GPU.",
+            "queuepilot-gpu",
+        ),
+        Alert(
+            "GPUThermalThrottling", "warning",
+            f"{em.BY_NAME['DCGM_FI_DEV_GPU_TEMP'].name} and on (Hostname, UUID) "
+            f"({_THERMAL_BITS.format(m=em.BY_NAME['DCGM_FI_DEV_CLOCK_THROTTLE_REASONS'].name)})",
+            "15m",
+            "A GPU has been slowed down for heat for a long time.",
+            f"{gpu_where} has had its clocks cut for thermal reasons for 15 minutes; its temperature is "
+            "{{ printf \"%.0f\" $value }} C.",
+            "queuepilot-gpu",
+        ),
+        Alert(
+            "QueuePilotExporterDown", "warning",
+            f"(up{{{c.exporter_selector}}} == 0) + on (job, instance) group_left (Hostname) "
+            f"(0 * max by (job, instance, Hostname) ({_dcgm_host(f'max_over_time({em.EXPORTER_GPUS.name}[1h])')})) "
+            f"or on (job, instance) (up{{{c.exporter_selector}}} == 0)",
+            "5m",
+            "A queuepilot GPU exporter cannot be scraped.",
+            "The exporter at {{ $labels.instance }}{{ with $labels.Hostname }} (node {{ . }}){{ end }} has not answered scrapes "
+            "for 5 minutes: GPU health and utilization on that node are unknown.",
+            "queuepilot-gpu",
+        ),
+        Alert(
+            "QueuePilotExporterStale", "warning",
+            _dcgm_host(f"time() - {em.EXPORTER_LAST_SUCCESS.name} > {n(c.exporter_stale_seconds)}"),
+            "5m",
+            "A queuepilot GPU exporter serves old GPU data.",
+            "The exporter on node {{ $labels.Hostname }} (source {{ $labels.source }}) last collected "
+            "{{ humanizeDuration $value }} ago; its GPU metrics are stale.",
+            "queuepilot-gpu",
+        ),
+        # --- allocation ---------------------------------------------------------------------------
+        Alert(
+            "GPUAllocatedIdle", "warning",
+            _POD_NORMALIZE.format(
+                expr=f"max_over_time({em.BY_NAME['DCGM_FI_DEV_GPU_UTIL'].name}[{c.idle_window}]) "
+                f"< {n(c.idle_util_percent)}"
+            )
+            + f" and on (Hostname, UUID) {_dcgm_identity(f'{em.GPU_ALLOCATED.name} == 1')}",
+            "1h",
+            "A GPU allocated to a pod has been idle for a long time.",
+            "GPU {{ $labels.gpu }} on node {{ $labels.Hostname }}, allocated to pod "
+            "{{ $labels.namespace }}/{{ $labels.pod }}, peaked at {{ printf \"%.0f\" $value }}% utilization "
+            f"over the last {c.idle_window} and has been idle like this for over an hour.",
+            "queuepilot-allocation",
+        ),
+        # --- queues -------------------------------------------------------------------------------
+        Alert(
+            "QueuePilotPendingWorkloadTooOld", "warning",
+            f"max by (cluster_queue, local_queue) ({cm.QUEUE_OLDEST_PENDING.name}) > {n(c.pending_slo_seconds)}",
+            "15m",
+            "A workload has been pending longer than the queue's wait objective.",
+            "The oldest pending workload in LocalQueue {{ $labels.local_queue }} (ClusterQueue "
+            "{{ $labels.cluster_queue }}) has waited {{ humanizeDuration $value }}, above the objective of "
+            f"{n(c.pending_slo_seconds)} s.",
+            "queuepilot-queues",
+        ),
+        Alert(
+            "QueuePilotAdmissionRetryLoop", "warning",
+            f'sum by (cluster_queue) (increase({cm.ADMISSION_DECISIONS_TOTAL.name}{{state="Retry"}}'
+            f"[{c.retry_window}])) > {n(c.retry_loop_count)}",
+            "15m",
+            "Workloads keep being sent back by the GPU capacity check.",
+            "queuepilot answered Retry {{ printf \"%.0f\" $value }} times in "
+            f"{c.retry_window} for ClusterQueue {{{{ $labels.cluster_queue }}}}: its quota admits work that the "
+            "healthy, placeable GPUs cannot hold, so workloads cycle through evict and requeue.",
+            "queuepilot-queues",
+        ),
+        Alert(
+            "QueuePilotWorkloadsRejected", "warning",
+            f'sum by (cluster_queue, reason) (increase({cm.ADMISSION_DECISIONS_TOTAL.name}{{state="Rejected"}}'
+            f"[{c.rejected_window}])) > 0",
+            "1m",
+            "Workloads were rejected as impossible to place.",
+            "ClusterQueue {{ $labels.cluster_queue }} rejected {{ printf \"%.0f\" $value }} workload(s) "
+            f"in the last {c.rejected_window} (reason {{{{ $labels.reason }}}}); Kueue deactivated them and "
+            "their owners must change the request.",
+            "queuepilot-queues",
+        ),
+        Alert(
+            "QueuePilotHealthyCapacityBelowQuota", "warning",
+            f'max by (flavor) ({cm.FLAVOR_GPUS.name}{{state="nominal"}}) '
+            f'- max by (flavor) ({cm.FLAVOR_GPUS.name}{{state="healthy"}}) > 0',
+            "15m",
+            "A flavor has fewer healthy GPUs than its nominal quota.",
+            "Flavor {{ $labels.flavor }} is {{ printf \"%.0f\" $value }} healthy GPUs short of the nominal "
+            "quota its ClusterQueues promise; admitted work will wait or be retried.",
+            "queuepilot-queues",
+        ),
+        # --- Ray ----------------------------------------------------------------------------------
+        Alert(
+            "QueuePilotRayScalerPinnedAtMax", "warning",
+            f'(max by ({by_group}) ({workers}{{kind="current"}}) '
+            f'>= max by ({by_group}) ({workers}{{kind="max"}})) '
+            f"and on ({by_group}) (max by ({by_group}) ({cm.RAY_PENDING_GPUS.name}) > 0)",
+            "30m",
+            "A Ray worker group is at its maximum size while Ray still waits for GPUs.",
+            "Worker group {{ $labels.group }} of RayCluster {{ $labels.namespace }}/{{ $labels.raycluster }} "
+            "has run {{ printf \"%.0f\" $value }} workers, its maxReplicas, for 30 minutes while Ray tasks "
+            "still wait for GPUs.",
+            "queuepilot-ray",
+        ),
+        Alert(
+            "QueuePilotRayDesiredNotReached", "warning",
+            f'max by ({by_group}) ({workers}{{kind="desired"}}) '
+            f'- max by ({by_group}) ({workers}{{kind="current"}}) != 0',
+            "30m",
+            "A Ray worker group has not reached the size queuepilot asked for.",
+            "Worker group {{ $labels.group }} of RayCluster {{ $labels.namespace }}/{{ $labels.raycluster }} "
+            "has differed from its desired size by {{ printf \"%.0f\" $value }} workers for 30 minutes "
+            "(positive: workers missing, negative: extra workers).",
+            "queuepilot-ray",
+        ),
+        # --- controller ---------------------------------------------------------------------------
+        Alert(
+            "QueuePilotControllerNoLeader", "critical",
+            f"max({cm.IS_LEADER.name}{{{c.controller_selector}}}) < 1 "
+            f"or absent({cm.IS_LEADER.name}{{{c.controller_selector}}})",
+            "5m",
+            "No queuepilot controller replica holds the leader lease.",
+            "{{ if $labels.job }}No target of job {{ $labels.job }} exports queuepilot_controller_is_leader"
+            "{{ else }}No queuepilot controller replica holds the leader lease{{ end }}: admission checks are "
+            "not answered (Kueue admits nothing through the GPU capacity check) and no Ray group is scaled.",
+            "queuepilot-controller",
+        ),
+        Alert(
+            "QueuePilotControllerWatchRestarts", "warning",
+            f"sum by (resource) (increase({cm.WATCH_RESTARTS_TOTAL.name}[{c.watch_restart_window}])) "
+            f"> {n(c.watch_restart_count)}",
+            "15m",
+            "The controller keeps restarting a watch.",
+            "The controller's watch on {{ $labels.resource }} restarted {{ printf \"%.0f\" $value }} times in "
+            f"{c.watch_restart_window}; its view of the cluster may lag.",
+            "queuepilot-controller",
+        ),
+        Alert(
+            "QueuePilotControllerSignalStale", "warning",
+            f"max by (signal) ({cm.SIGNAL_AGE_SECONDS.name}) "
+            f"and on (signal) (max by (signal) ({cm.SIGNAL_STALE.name}) == 1)",
+            "10m",
+            "A controller input signal is stale; decisions that need it hold.",
+            "The controller's {{ $labels.signal }} signal is {{ humanizeDuration $value }} old, past its "
+            "staleness limit; scaling holds and admission follows the stale-signal policy.",
+            "queuepilot-controller",
+        ),
+        Alert(
+            "QueuePilotControllerWriteErrors", "warning",
+            f"sum by (resource, kind) (increase({cm.WRITE_ERRORS_TOTAL.name}[{c.write_error_window}])) "
+            f"> {n(c.write_error_count)}",
+            "10m",
+            "The controller fails to write to the API server.",
+            "{{ printf \"%.0f\" $value }} writes to {{ $labels.resource }} failed with {{ $labels.kind }} "
+            f"errors in {c.write_error_window} after retries; decisions are not being applied.",
+            "queuepilot-controller",
+        ),
+    ]
+
+
+def rule_file(config: AlertConfig) -> dict:
+    """The Prometheus rule file (``groups:``) as a plain dict, groups in a fixed order."""
+    by_group: dict[str, list[dict]] = {g: [] for g in GROUP_ORDER}
+    for alert in alerts(config):
+        by_group[alert.group].append(alert.to_rule(config))
+    return {"groups": [{"name": g, "rules": rules} for g, rules in by_group.items() if rules]}
