@@ -1,0 +1,1 @@
+"""Signals the controller reads from outside the Kubernetes API (GPU series, Ray dashboards)."""

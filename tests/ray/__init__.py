@@ -1,0 +1,1 @@
+"""Tests of the Ray signal (autoscaler.signals.ray_demand / ray_parse)."""
