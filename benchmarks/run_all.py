@@ -1,0 +1,58 @@
+"""Run every benchmark in one go (`make bench`); each writes its table under benchmarks/results/.
+
+Benchmarks report, they never assert: speeds and memory are compared side by side in each table,
+with the command that produced it. This runner only sequences them and prints how long each took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+# (name, script, args) in the order a reader meets the parts
+BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("exporter scrape/collect/RSS", "exporter_bench.py", ()),
+    ("NVML call latency (fake library here)", "nvml_latency.py", ("--fake", "--out", "benchmarks/results/nvml-latency-fake.md")),
+    ("controller at scale", "controller_bench.py", ()),
+    ("decision latency", "decision_latency.py", ()),
+    ("policy quality (simulator)", "policy.py", ()),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", help="comma-separated substrings of benchmark names to run")
+    args = parser.parse_args(argv)
+    console = Console()
+    table = Table(title="benchmarks (tables in benchmarks/results/)")
+    for col in ("benchmark", "script", "exit", "seconds"):
+        table.add_column(col)
+    failed = 0
+    for name, script, extra in BENCHMARKS:
+        if args.only and not any(s in name or s in script for s in args.only.split(",")):
+            continue
+        path = HERE / script
+        if not path.exists():
+            table.add_row(name, script, "missing", "-")
+            failed += 1
+            continue
+        console.rule(f"{name}: {script}")
+        t0 = time.monotonic()
+        rc = subprocess.call([sys.executable, str(path), *extra], cwd=REPO)
+        table.add_row(name, script, str(rc), f"{time.monotonic() - t0:.1f}")
+        failed += rc != 0
+    console.print(table)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
