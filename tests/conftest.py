@@ -8,6 +8,8 @@ import pytest
 
 from tests.support import paths
 
+pytest_plugins = ["tests.fakeapi.plugin"]
+
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
