@@ -57,6 +57,7 @@ generate: venv
 	$(PY) -m dashboards --out dashboards/generated
 	$(PY) -m alerts --out alerts/generated
 	$(PY) tools/gen_metrics_doc.py > docs/metrics.md
+	bash tools/sync-chart-files.sh
 
 lint: venv
 	$(PY) -m ruff check .

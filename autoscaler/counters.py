@@ -32,3 +32,4 @@ class ControllerCounters:
         self.source_errors = _counter(m.SOURCE_ERRORS_TOTAL, registry)
         self.write_errors = _counter(m.WRITE_ERRORS_TOTAL, registry)
         self.writes = _counter(m.WRITES_TOTAL, registry)
+        self.webhook_reviews = _counter(m.WEBHOOK_REVIEWS_TOTAL, registry)

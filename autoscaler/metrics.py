@@ -138,6 +138,11 @@ WRITES_TOTAL = MetricSpec(
     "Writes made to the API server, by resource and verb (dry-run counts what would have been written).",
     "count", ("resource", "verb"), "ALPHA", "actuators",
 )
+WEBHOOK_REVIEWS_TOTAL = MetricSpec(
+    "queuepilot_webhook_reviews_total", "counter",
+    "AdmissionReviews answered by the queue-name webhook, by object kind and result (autoscaler.webhook.RESULTS).",
+    "count", ("kind", "result"), "ALPHA", "queue-name webhook",
+)
 CACHE_OBJECTS = MetricSpec(
     "queuepilot_cache_objects", "gauge",
     "Objects held in the watch cache, by resource.",
@@ -156,7 +161,7 @@ RAY_FAMILIES = (RAY_WORKERS, RAY_PENDING_GPUS, RAY_GPU_UTILIZATION, RAY_IDLE_GPU
 SCALING_FAMILIES = (SCALE_DECISIONS_TOTAL,)
 SELF_FAMILIES = (
     IS_LEADER, RECONCILE_SECONDS, WATCH_RESTARTS_TOTAL, SIGNAL_AGE_SECONDS, SIGNAL_STALE,
-    SOURCE_ERRORS_TOTAL, WRITE_ERRORS_TOTAL, WRITES_TOTAL, CACHE_OBJECTS, CACHE_SYNCED,
+    SOURCE_ERRORS_TOTAL, WRITE_ERRORS_TOTAL, WRITES_TOTAL, WEBHOOK_REVIEWS_TOTAL, CACHE_OBJECTS, CACHE_SYNCED,
 )
 
 CATALOG: tuple[MetricSpec, ...] = (

@@ -1,0 +1,101 @@
+"""What the chart hands the programs is what the programs accept: the --config file through the real
+policy parsers, the container args through the real argument parsers, the schema's config keys
+against the policy dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoscaler import config as controller_config
+from autoscaler.policy.config import AdmissionConfig, ScalingDefaults, admission_config, scaling_defaults
+from autoscaler.webhook import webhook_settings
+from exporter import cli as exporter_cli
+from tests.chart.combos import COMBOS
+from tests.chart.helm import CHART, MAPPING, render
+
+pytestmark = pytest.mark.e2e
+
+# flags the controller engineer adds for the webhook (autoscaler/webhook.py start_webhook)
+WEBHOOK_FLAGS = ("--webhook-listen", "--webhook-cert-dir")
+
+
+def _config(r) -> dict:
+    cm = r.one("ConfigMap", "-controller-config")
+    return yaml.safe_load(cm["data"]["config.yaml"])
+
+
+def test_rendered_config_parses_with_the_policy_parsers() -> None:
+    settings = _config(render("helm3", MAPPING))
+    adm = admission_config(settings)
+    sc = scaling_defaults(settings)
+    wh = webhook_settings(settings)
+    assert adm.stale_signal_mode == "fail-open" and adm.retry_backoff_cap_seconds == 900
+    assert sc.idle_window_seconds == 600 and sc.target_gpu_utilization == 0.7
+    assert dict(wh.namespace_queues) == {"team-a": "team-a-queue", "team-b": "team-b-lq"}
+    # a value set through the chart reaches the policy
+    settings = _config(render("helm3", ("config.admission.stale_signal_mode=hold", "config.scaling.idle_window=30m")))
+    assert admission_config(settings).stale_signal_mode == "hold"
+    assert scaling_defaults(settings).idle_window_seconds == 1800
+
+
+@pytest.mark.parametrize(("section", "cls"), [("admission", AdmissionConfig), ("scaling", ScalingDefaults)])
+def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    keys = set(schema["properties"]["config"]["properties"][section]["properties"])
+    fields = {f.name for f in dataclasses.fields(cls)}
+    # each schema key is a field, or a *_seconds field named without the suffix (a duration string)
+    unknown = {k for k in keys if k not in fields and k + "_seconds" not in fields}
+    assert not unknown, f"schema config.{section} keys the controller would reject: {sorted(unknown)}"
+    missing = {f for f in fields if f not in keys}
+    assert not missing, f"policy fields the schema does not allow: {sorted(missing)}"
+    # and every key the schema allows is accepted by the real parser with a representative value
+    values = {"admission": {"stale_signal_mode": "hold", "max_retries": 3, "check_cpu_memory": False,
+                            "controller_name": "queuepilot.io/gpu-capacity"},
+              "scaling": {"tolerance": 0.1, "scale_up": "Pods:2:60", "scale_down": "Percent:50:60"}}[section]
+    parse = {"admission": admission_config, "scaling": scaling_defaults}[section]
+    for k in sorted(keys):
+        if k in values:
+            v = values[k]
+        elif "utilization" in k:
+            v = 0.5
+        else:
+            v = "5m" if not k.endswith("_seconds") else 300
+        parse({section: {k: v}})
+
+
+@pytest.mark.parametrize("combo", sorted(COMBOS))
+def test_controller_args_parse(combo: str, tmp_path: Path) -> None:
+    c = COMBOS[combo]
+    r = render("helm3", c.sets, c.api_versions)
+    args = r.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "controller"
+    # the mounted ConfigMap, as the pod sees it
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(r.one("ConfigMap", "-controller-config")["data"]["config.yaml"])
+    assert "--config=/etc/queuepilot/config/config.yaml" in args
+    args = [f"--config={config_file}" if a.startswith("--config=") else a for a in args]
+    known = {o for a in controller_config.build_parser()._actions for o in a.option_strings}
+    # the webhook flags are checked by name until the controller's parser has them; once it has any
+    # webhook flag, it must have exactly the ones the chart passes
+    if any(o.startswith("--webhook") for o in known):
+        assert set(WEBHOOK_FLAGS) <= known, f"controller webhook flags {sorted(o for o in known if 'webhook' in o)}"
+    rest = [a for a in args[1:] if a.split("=", 1)[0] not in WEBHOOK_FLAGS or a.split("=", 1)[0] in known]
+    cfg = controller_config.parse_config(rest, env={"POD_NAME": "p", "POD_NAMESPACE": "ns"})
+    assert cfg.listen_port == 8080
+    assert cfg.leader_elect is ("--no-leader-elect" not in args)
+    assert cfg.dry_run is ("--dry-run" in args)
+    assert cfg.settings == _config(r)
+
+
+@pytest.mark.parametrize("combo", sorted(k for k in COMBOS if k != "exporter-off"))
+def test_exporter_args_parse(combo: str) -> None:
+    c = COMBOS[combo]
+    args = render("helm3", c.sets, c.api_versions).one("DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "exporter"
+    ns = exporter_cli.build_parser().parse_args(args[1:])
+    assert ns.source in ("nvml", "dcgm") and ns.listen == "0.0.0.0:9400"
