@@ -225,7 +225,7 @@ class ClusterQueueState:
     # flavor -> nominal quota of nvidia.com/gpu; borrowing limit (None = unlimited within cohort)
     nominal_gpus: Mapping[str, float] = field(default_factory=_empty)
     borrowing_limit_gpus: Mapping[str, float | None] = field(default_factory=_empty)
-    # flavor -> nvidia.com/gpu in use by admitted (quota-reserved) workloads, from status.flavorsUsage
+    # flavor -> nvidia.com/gpu reserved or in use: max(status.flavorsReservation, status.flavorsUsage)
     used_gpus: Mapping[str, float] = field(default_factory=_empty)
     admission_checks: tuple[str, ...] = ()  # AdmissionCheck names from spec.admissionChecksStrategy
     flavor_order: tuple[str, ...] = ()  # resourceGroups' flavor order for nvidia.com/gpu

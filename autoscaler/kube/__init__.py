@@ -1,0 +1,1 @@
+"""The controller's Kubernetes edge: client set-up, the resource table and the watch caches."""

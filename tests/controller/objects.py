@@ -1,0 +1,223 @@
+"""Raw Kubernetes objects for the controller tests, shaped as Kueue v1beta2 / KubeRay v1 / core v1 serve them.
+
+They are valid against the CRDs in ../shared/crds (the fake API server validates them).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+RAY = "ray.io/v1"
+GPU = "nvidia.com/gpu"
+
+
+def ts(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(type_: str, status: bool, at: float, reason: str | None = None) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "lastTransitionTime": ts(at),
+        "reason": reason or type_,
+        "message": f"{type_} is {status}",
+    }
+
+
+def container(name: str = "main", gpus: int = 0, cpu: str = "1", memory: str = "1Gi", limits_only: bool = False) -> dict:
+    res: dict[str, Any] = {"cpu": cpu, "memory": memory}
+    if gpus:
+        res[GPU] = str(gpus)
+    body = {"limits": res} if limits_only else {"requests": res, "limits": {GPU: str(gpus)} if gpus else {}}
+    return {"name": name, "image": "busybox", "resources": body}
+
+
+def pod_template(gpus: int = 0, node_selector: dict | None = None, **kw: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [container(gpus=gpus, **kw)], "restartPolicy": "Never"}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"spec": spec}
+
+
+def workload(
+    name: str,
+    namespace: str = "team-a",
+    queue: str = "lq-a",
+    created: float = 1_000.0,
+    pod_sets: list[tuple[str, int, int]] | None = None,  # (name, count, gpus per pod)
+    conditions: list[dict] | None = None,
+    admission: dict | None = None,
+    checks: list[dict] | None = None,
+    active: bool | None = None,
+) -> dict[str, Any]:
+    pod_sets = pod_sets if pod_sets is not None else [("main", 1, 8)]
+    spec: dict[str, Any] = {
+        "queueName": queue,
+        "podSets": [{"name": n, "count": c, "template": pod_template(gpus=g)} for n, c, g in pod_sets],
+    }
+    if active is not None:
+        spec["active"] = active
+    obj: dict[str, Any] = {
+        "apiVersion": KUEUE,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": ts(created), "uid": f"uid-{name}"},
+        "spec": spec,
+    }
+    status: dict[str, Any] = {}
+    if conditions:
+        status["conditions"] = conditions
+    if admission:
+        status["admission"] = admission
+    if checks:
+        status["admissionChecks"] = checks
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def admission(cluster_queue: str, assignments: list[tuple[str, str, int]]) -> dict[str, Any]:
+    """assignments: (podset name, GPU flavor, count)."""
+    return {
+        "clusterQueue": cluster_queue,
+        "podSetAssignments": [
+            {"name": n, "flavors": {GPU: f}, "count": c} for n, f, c in assignments
+        ],
+    }
+
+
+def cluster_queue(
+    name: str,
+    quotas: dict[str, int],  # flavor -> nominal GPUs, in resourceGroups order
+    cohort: str | None = None,
+    checks: tuple[str, ...] = (),
+    used: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "resourceGroups": [
+            {
+                "coveredResources": [GPU],
+                "flavors": [{"name": f, "resources": [{"name": GPU, "nominalQuota": str(q)}]} for f, q in quotas.items()],
+            }
+        ],
+    }
+    if cohort:
+        spec["cohortName"] = cohort
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    obj = {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+    if used:
+        obj["status"] = {
+            "flavorsUsage": [{"name": f, "resources": [{"name": GPU, "total": str(n)}]} for f, n in used.items()]
+        }
+    return obj
+
+
+def local_queue(name: str, namespace: str, cq: str) -> dict[str, Any]:
+    return {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterQueue": cq}}
+
+
+def resource_flavor(name: str, node_labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": name},
+            "spec": {"nodeLabels": node_labels}}
+
+
+def admission_check(name: str, controller: str = "queuepilot.io/gpu-capacity", active: bool | None = True) -> dict:
+    obj: dict[str, Any] = {"apiVersion": KUEUE, "kind": "AdmissionCheck", "metadata": {"name": name},
+                           "spec": {"controllerName": controller}}
+    if active is not None:
+        obj["status"] = {"conditions": [condition("Active", active, 1000.0, "Active")]}
+    return obj
+
+
+def node(name: str, gpus: int = 8, labels: dict[str, str] | None = None, ready: bool = True,
+         unschedulable: bool = False) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"unschedulable": True} if unschedulable else {},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", GPU: str(gpus)},
+            "capacity": {"cpu": "64", "memory": "512Gi", GPU: str(gpus)},
+            "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": ts(1000),
+                 "reason": "KubeletReady", "message": "ok"}
+            ],
+        },
+    }
+    return obj
+
+
+def pod(name: str, namespace: str = "team-a", node: str | None = None, gpus: int = 0, phase: str = "Running",
+        labels: dict[str, str] | None = None, ip: str | None = None, ready: bool = True) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "conditions": [
+        {"type": "Ready", "status": "True" if ready else "False"}]}
+    if ip:
+        status["podIP"] = ip
+    spec: dict[str, Any] = {"containers": [container(gpus=gpus)]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}, "creationTimestamp": ts(1000)},
+        "spec": spec,
+        "status": status,
+    }
+
+
+def ray_worker_pod(cluster: str, group: str, name: str, namespace: str = "team-a", node: str | None = None,
+                   gpus: int = 1, ip: str | None = None) -> dict[str, Any]:
+    return pod(name, namespace, node=node, gpus=gpus, ip=ip, labels={
+        "ray.io/cluster": cluster, "ray.io/group": group, "ray.io/node-type": "worker", "ray.io/is-ray-node": "yes"})
+
+
+def ray_cluster(
+    name: str,
+    namespace: str = "team-a",
+    groups: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    autoscaler: bool = False,
+    head_ip: str | None = "10.0.0.1",
+    dashboard_port: int | None = None,
+) -> dict[str, Any]:
+    groups = groups if groups is not None else [ray_group("gpu", replicas=2, min_replicas=0, max_replicas=4, gpus=1)]
+    obj: dict[str, Any] = {
+        "apiVersion": RAY,
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}, "annotations": annotations or {},
+                     "creationTimestamp": ts(1000)},
+        "spec": {
+            "enableInTreeAutoscaling": autoscaler,
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
+            "workerGroupSpecs": groups,
+        },
+    }
+    status: dict[str, Any] = {}
+    if head_ip:
+        status["head"] = {"serviceIP": head_ip, "podIP": "10.9.9.9", "serviceName": f"{name}-head-svc"}
+    if dashboard_port:
+        status["endpoints"] = {"dashboard": str(dashboard_port)}
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def ray_group(name: str, replicas: int, min_replicas: int, max_replicas: int, gpus: int = 1,
+              start_params: dict[str, str] | None = None, workers_to_delete: list[str] | None = None) -> dict:
+    g: dict[str, Any] = {
+        "groupName": name,
+        "replicas": replicas,
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
+        "rayStartParams": start_params or {},
+        "template": {"spec": {"containers": [container("ray-worker", gpus=gpus, cpu="8", memory="32Gi")]}},
+    }
+    if workers_to_delete is not None:
+        g["scaleStrategy"] = {"workersToDelete": workers_to_delete}
+    return g

@@ -1,0 +1,211 @@
+"""Ray polling orchestration (bounded, ages kept, errors counted), flags/env/config file, and the
+process: start-up failures exit 2 with one line; SIGTERM releases the Lease and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+
+from autoscaler.config import ConfigError, parse_config
+from autoscaler.signals.ray import RaySignals
+from autoscaler.snapshot import RayDemand
+from tests.controller import objects as o
+from tests.controller.conftest import StubRay, eventually, http_get, running_controller
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+
+
+@dataclass
+class Status:
+    demand: tuple
+    nodes: tuple = ()
+    observed_at: float = 0.0
+
+
+class RaySignalError(Exception):
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class SlowRay:
+    def __init__(self) -> None:
+        self.active = 0
+        self.peak = 0
+
+    async def fetch_status(self, base_url: str, now: float):
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        await asyncio.sleep(0.05)
+        self.active -= 1
+        return Status((), observed_at=now)
+
+
+async def test_ray_polls_are_bounded_and_keep_last_good_data():
+    slow = SlowRay()
+    errors: Counter[str] = Counter()
+    sig = RaySignals(slow, lambda k: errors.update([k]), concurrency=3)
+    await sig.poll({f"ns/rc{i}": f"http://h{i}:8265" for i in range(10)} | {"ns/nohead": None}, now=5.0)
+    assert slow.peak == 3
+    assert set(sig.observations) == {f"ns/rc{i}" for i in range(10)}
+
+    demand = (RayDemand("task", {"GPU": 1.0}),)
+    stub = StubRay({"http://a:8265": Status(demand, observed_at=10.0)})
+    sig = RaySignals(stub, lambda k: errors.update([k]), timeout=0.2)
+    await sig.poll({"ns/a": "http://a:8265"}, now=10.0)
+    assert sig.observations["ns/a"].status.demand == demand
+    stub.answers["http://a:8265"] = RaySignalError("auth")
+    await sig.poll({"ns/a": "http://a:8265"}, now=20.0)
+    obs = sig.observations["ns/a"]
+    assert obs.status.demand == demand and obs.observed_at == 10.0 and obs.error == "auth"
+    assert errors["auth"] == 1
+    await sig.poll({}, now=30.0)  # the RayCluster was deleted: forgotten
+    assert sig.observations == {}
+
+
+async def test_controller_polls_ray_heads_and_reports_demand(fake_api):
+    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(o.ray_cluster("rc", head_ip="10.1.1.1", dashboard_port=8265))
+    fake_api.create(o.ray_cluster("broken", head_ip="10.2.2.2"))
+    demand = (RayDemand("task", {"GPU": 1.0}, count=3),)
+    stub = StubRay({"http://10.1.1.1:8265": Status(demand, observed_at=time.time())})
+    async with running_controller(fake_api, ray=stub) as c:
+        await eventually(lambda: c.snapshot is not None and c.snapshot.ray_clusters.get("team-a/rc")
+                         and c.snapshot.ray_clusters["team-a/rc"].demand == demand)
+        snap = c.snapshot
+        assert not snap.signals["ray/team-a/rc"].is_stale(snap.taken_at)
+        assert snap.signals["ray/team-a/broken"].is_stale(snap.taken_at)
+        _, text = await http_get(f"http://127.0.0.1:{c.port}/metrics")
+        assert 'queuepilot_raycluster_pending_gpus{group="gpu",namespace="team-a",raycluster="rc"} 3.0' in text
+        assert 'queuepilot_source_errors_total{kind="connection",source="ray"}' in text
+
+
+def test_flags_env_and_config_file(tmp_path):
+    cfg = tmp_path / "policy.yaml"
+    cfg.write_text("admission:\n  staleSignal: hold\nscaling:\n  targetGpuUtilization: 0.6\n")
+    c = parse_config(["--listen", "127.0.0.1:9999", "--config", str(cfg), "--no-leader-elect"],
+                     env={"QUEUEPILOT_RESYNC_SECONDS": "12", "QUEUEPILOT_DRY_RUN": "true",
+                          "QUEUEPILOT_GPU_SIGNAL": "scrape", "POD_NAME": "qp-7f9"})
+    assert (c.listen_host, c.listen_port, c.resync_seconds, c.dry_run, c.gpu_signal) == (
+        "127.0.0.1", 9999, 12.0, True, "scrape")
+    assert not c.leader_elect and c.identity == "qp-7f9"
+    assert c.settings == {"admission": {"staleSignal": "hold"}, "scaling": {"targetGpuUtilization": 0.6}}
+    # the command line wins over the environment
+    assert parse_config(["--resync-seconds", "5"], env={"QUEUEPILOT_RESYNC_SECONDS": "12"}).resync_seconds == 5
+    with pytest.raises(ConfigError, match="QUEUEPILOT_DRY_RUN"):
+        parse_config([], env={"QUEUEPILOT_DRY_RUN": "maybe"})
+    with pytest.raises(ConfigError, match="QUEUEPILOT_GPU_SIGNAL"):
+        parse_config([], env={"QUEUEPILOT_GPU_SIGNAL": "nvml"})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="mapping of sections"):
+        parse_config(["--config", str(bad)], env={})
+    with pytest.raises(ConfigError, match="cannot read"):
+        parse_config(["--config", str(tmp_path / "missing.yaml")], env={})
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "queuepilot", "controller", *args], cwd=REPO, capture_output=True, text=True,
+        timeout=60, env={**os.environ, **(env or {}), "KUBERNETES_SERVICE_HOST": ""},
+    )
+
+
+def test_unreachable_api_server_exits_2_with_one_line(tmp_path):
+    port = free_port()  # nothing listens there
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    r = run_cli("--kubeconfig", str(kc), "--listen", "127.0.0.1:0")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert f"cannot reach the Kubernetes API at http://127.0.0.1:{port}: connection refused" in lines[0]
+    assert "--kubeconfig" in lines[0]
+    r = run_cli("--kubeconfig", str(tmp_path / "nope"))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"queuepilot controller: kubeconfig {tmp_path / 'nope'} not found"]
+    r = run_cli(env={"QUEUEPILOT_RESYNC_SECONDS": "-1", "QUEUEPILOT_KUBECONFIG": str(kc)})
+    assert r.returncode == 2 and "resync-seconds must be positive" in r.stderr
+
+
+async def test_sigterm_releases_the_lease_and_exits_0(fake_api, tmp_path):
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "queuepilot", "controller", "--kubeconfig", str(fake_api.kubeconfig_path),
+        "--listen", f"127.0.0.1:{port}", "--identity", "proc-1", "--lease-namespace", "default",
+        "--prometheus-url", "http://127.0.0.1:1", cwd=REPO, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "KUBERNETES_SERVICE_HOST": ""},
+    )
+    try:
+        async def ready():
+            try:
+                return (await http_get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
+            except OSError:
+                return False
+
+        await eventually(ready, timeout=30)
+
+        def holder():
+            try:
+                lease = fake_api.get("coordination.k8s.io/v1", "Lease", "queuepilot-controller", "default")
+            except Exception:
+                return None
+            return lease["spec"].get("holderIdentity")
+
+        await eventually(lambda: holder() == "proc-1", timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+        assert not holder()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_controller_serves_the_queue_name_webhook(fake_api, tmp_path):
+    """--webhook-listen/--webhook-cert-dir: every replica serves autoscaler.webhook over TLS."""
+    import base64
+    import json
+    import ssl
+
+    import aiohttp
+
+    from tests.webhook.certs import make_pki
+
+    pki = make_pki(tmp_path)
+    port = free_port()
+    settings = {"webhook": {"namespace_queues": {"team-a": "team-a-queue"}}}
+    async with running_controller(fake_api, webhook_listen=f"127.0.0.1:{port}", webhook_cert_dir=str(tmp_path),
+                                  settings=settings):
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u1", "operation": "CREATE", "namespace": "team-a",
+            "kind": {"group": "ray.io", "version": "v1", "kind": "RayCluster"},
+            "object": o.ray_cluster("rc", "team-a")}}
+        ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+        async with aiohttp.ClientSession() as s, s.post(
+                f"https://127.0.0.1:{port}/mutate-ray", json=review, ssl=ctx) as r:
+            body = await r.json()
+        patch = json.loads(base64.b64decode(body["response"]["patch"]))
+        assert any(op["value"] == "team-a-queue" for op in patch)
+
+
+def test_webhook_flags_need_certificates_and_a_valid_section(tmp_path):
+    with pytest.raises(ConfigError, match="webhook-cert-dir"):
+        parse_config(["--webhook-listen", "0.0.0.0:9443"], env={})
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("webhook:\n  namespace_queues: {Not_A_Namespace: q}\n")
+    with pytest.raises(ConfigError, match="namespace"):
+        parse_config(["--webhook-listen", "0.0.0.0:9443", "--webhook-cert-dir", str(tmp_path),
+                      "--config", str(cfg)], env={})

@@ -1,0 +1,178 @@
+"""Raw objects -> typed views: the fields we read, defaults Kubernetes applies, and malformed input."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from autoscaler import views
+from autoscaler.snapshot import GPU_RESOURCE
+from tests.controller import objects as o
+
+
+def test_quantities_and_times():
+    assert views.parse_quantity("500m") == pytest.approx(0.5)
+    assert views.parse_quantity("4Gi") == 4 * 2**30
+    assert views.parse_quantity("1e3") == 1000
+    assert views.parse_quantity("2k") == 2000
+    assert views.parse_quantity(8) == 8
+    for bad in ("lots", "4GiB", True, [1]):
+        with pytest.raises(views.MalformedObject):
+            views.parse_quantity(bad)
+    assert views.parse_time("1970-01-01T00:16:40Z") == 1000
+    assert views.parse_time("1970-01-01T00:16:40.250000Z") == 1000.25
+    assert views.parse_time(None) is None
+
+
+def test_pod_requests_follow_kubernetes_rules():
+    spec = {
+        "containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {GPU_RESOURCE: "2"}}},
+            {"name": "b", "resources": {"requests": {"cpu": "500m", GPU_RESOURCE: "1"}}},
+        ],
+        "initContainers": [
+            {"name": "init", "resources": {"requests": {"cpu": "4"}}},
+            {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "250m"}}},
+        ],
+        "overhead": {"cpu": "100m"},
+    }
+    req = views.pod_spec_requests(spec)
+    # GPU: the limit stands in for the missing request; 2 + 1
+    assert req[GPU_RESOURCE] == 3
+    # cpu: max(1.5 app + 0.25 sidecar, 4 init (started before the sidecar)) + 0.1 overhead
+    assert req["cpu"] == pytest.approx(4.1)
+
+
+def test_workload_view_reads_conditions_admission_and_checks():
+    raw = o.workload(
+        "wl", created=1000, pod_sets=[("launcher", 1, 0), ("workers", 4, 8)],
+        conditions=[
+            o.condition("QuotaReserved", True, 1100),
+            o.condition("Admitted", True, 1200),
+            o.condition("Requeued", True, 1050, "BackoffFinished"),
+        ],
+        admission=o.admission("cq", [("launcher", "cpu-flavor", 1), ("workers", "h100", 3)]),
+        checks=[{"name": "gpu", "state": "Ready", "lastTransitionTime": o.ts(1190), "message": "ok",
+                 "requeueAfterSeconds": 30}],
+    )
+    raw["metadata"]["ownerReferences"] = [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train", "uid": "u", "controller": True}]
+    raw["spec"]["someFutureField"] = {"x": 1}  # unknown fields are tolerated
+    w = views.workload_view(raw)
+    assert (w.namespace, w.name, w.local_queue, w.cluster_queue) == ("team-a", "wl", "lq-a", "cq")
+    assert w.gpu_demand == 32
+    assert [ps.gpus_per_pod for ps in w.pod_sets] == [0, 8]
+    assert w.quota_reserved and w.quota_reserved_at == 1100
+    assert w.admitted and w.admitted_at == 1200
+    assert w.requeued_at == 1050 and w.queued_since == 1050
+    assert w.flavors["workers"][GPU_RESOURCE] == "h100"
+    assert w.admitted_counts == {"launcher": 1, "workers": 3}
+    assert w.check("gpu").state == "Ready" and w.check("gpu").requeue_after_seconds == 30
+    assert (w.owner_kind, w.owner_name) == ("PyTorchJob", "train")
+    assert not w.pending
+
+
+def test_workload_pending_defaults():
+    w = views.workload_view(o.workload("wl", created=500, active=False))
+    assert w.cluster_queue is None and not w.quota_reserved and not w.admitted
+    assert w.queued_since == 500 and not w.active and not w.pending
+    assert w.admitted_counts == {"main": 1}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "what"),
+    [
+        (lambda r: r["spec"].__setitem__("podSets", {"not": "a list"}), "spec.podSets"),
+        (lambda r: r["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+         .__setitem__(GPU_RESOURCE, "eight"), "quantity"),
+        (lambda r: r["metadata"].__setitem__("creationTimestamp", "yesterday"), "time"),
+        (lambda r: r["metadata"].pop("name"), "metadata.name"),
+        (lambda r: r["spec"]["podSets"][0].__setitem__("count", "two"), "count"),
+    ],
+)
+def test_malformed_workloads_say_what_is_wrong(mutate, what):
+    raw = o.workload("wl")
+    mutate(raw)
+    with pytest.raises(views.MalformedObject, match=what.split(".")[-1]):
+        views.workload_view(raw)
+
+
+def test_cluster_queue_view():
+    raw = o.cluster_queue("cq", {"h100": 16, "a100": 8}, cohort="co", checks=("gpu-capacity",), used={"h100": 4})
+    raw["spec"]["resourceGroups"].insert(0, {"coveredResources": ["cpu"], "flavors": [
+        {"name": "cpu-flavor", "resources": [{"name": "cpu", "nominalQuota": "100"}]}]})
+    raw["spec"]["resourceGroups"][1]["flavors"][1]["resources"][0]["borrowingLimit"] = "4"
+    raw["status"]["flavorsReservation"] = [{"name": "h100", "resources": [{"name": GPU_RESOURCE, "total": "12"}]}]
+    cq = views.cluster_queue_view(raw)
+    assert cq.cohort == "co"
+    assert dict(cq.nominal_gpus) == {"h100": 16, "a100": 8}
+    assert cq.flavor_order == ("h100", "a100")
+    assert dict(cq.borrowing_limit_gpus) == {"h100": None, "a100": 4}
+    assert dict(cq.used_gpus) == {"h100": 12}  # reservation counts (quota spoken for)
+    assert cq.admission_checks == ("gpu-capacity",)
+    assert cq.headroom_gpus("h100") == 4
+
+
+def test_flavor_check_localqueue_node_views():
+    f = views.resource_flavor_view(o.resource_flavor("h100", {"gpu": "h100"}))
+    assert dict(f.node_labels) == {"gpu": "h100"}
+    ac = views.admission_check_view(o.admission_check("gpu"))
+    assert ac.controller_name == "queuepilot.io/gpu-capacity" and ac.active
+    assert not views.admission_check_view(o.admission_check("gpu", active=None)).active
+    lq = views.local_queue_view(o.local_queue("lq", "ns", "cq"))
+    assert (lq.namespace, lq.name, lq.cluster_queue) == ("ns", "lq", "cq")
+    n = views.node_view(o.node("n1", gpus=8, labels={"gpu": "h100"}))
+    assert n.gpu_allocatable == 8 and n.ready and n.schedulable and n.labels["gpu"] == "h100"
+    raw = o.node("n2", unschedulable=False)
+    raw["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                             {"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert not views.node_view(raw).schedulable
+    assert not views.node_view(o.node("n3", unschedulable=True)).schedulable
+    assert not views.node_view(o.node("n4", ready=False)).ready
+
+
+def test_ray_cluster_view():
+    raw = o.ray_cluster(
+        "rc", groups=[
+            o.ray_group("gpu", 2, 1, 4, gpus=2, workers_to_delete=["rc-gpu-worker-abcde"]),
+            o.ray_group("fake", 1, 0, 3, gpus=0, start_params={"num-gpus": "1", "resources": '"{\\"fakegpu\\": 2}"'}),
+        ],
+        labels={"kueue.x-k8s.io/queue-name": "lq"}, annotations={"queuepilot.io/autoscale": "true"},
+        autoscaler=True, head_ip="10.1.2.3", dashboard_port=8266,
+    )
+    raw["spec"]["workerGroupSpecs"][0]["idleTimeoutSeconds"] = 120
+    v = views.ray_cluster_view(raw)
+    rc = v.state
+    assert v.dashboard_url == "http://10.1.2.3:8266"
+    assert rc.in_tree_autoscaler and rc.opted_in and rc.kueue_managed and not rc.elastic
+    g0, g1 = rc.groups
+    assert (g0.replicas, g0.min_replicas, g0.max_replicas, g0.gpus_per_worker) == (2, 1, 4, 2)
+    assert g0.workers_to_delete == ("rc-gpu-worker-abcde",) and g0.idle_timeout_seconds == 120
+    assert g0.ray_resources["GPU"] == 2 and g0.cpu_per_worker == 8
+    assert g1.gpus_per_worker == 1 and g1.ray_resources["fakegpu"] == 2
+
+
+def test_dashboard_url_fallbacks():
+    raw = o.ray_cluster("rc", head_ip=None)
+    assert views.ray_cluster_view(raw).dashboard_url is None
+    raw["status"] = {"head": {"serviceName": "rc-head-svc"}}
+    assert views.ray_cluster_view(raw).dashboard_url == "http://rc-head-svc.team-a.svc:8265"
+
+
+def test_pod_view():
+    p = views.pod_view(o.ray_worker_pod("rc", "gpu", "rc-gpu-worker-1", node="n1", gpus=2, ip="10.0.0.5"))
+    assert (p.ray_cluster, p.ray_group, p.ray_node_type, p.gpu_requests, p.node, p.ip) == (
+        "rc", "gpu", "worker", 2, "n1", "10.0.0.5")
+    assert p.ready and not p.deleting and not p.terminal
+    raw = o.pod("x", phase="Succeeded")
+    raw["metadata"]["deletionTimestamp"] = o.ts(2000)
+    p = views.pod_view(raw)
+    assert p.terminal and p.deleting
+
+
+def test_views_do_not_share_mutable_state():
+    raw = o.workload("wl")
+    w = views.workload_view(copy.deepcopy(raw))
+    with pytest.raises(TypeError):
+        w.pod_sets[0].requests[GPU_RESOURCE] = 1  # type: ignore[index]
