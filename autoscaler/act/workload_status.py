@@ -1,0 +1,160 @@
+"""Write our entry of ``Workload.status.admissionChecks`` exactly as research-kueue.md prescribes.
+
+- a fresh GET first, then the guards (Kueue #3322/#3543): same uid, ``QuotaReserved=True``,
+  ``Evicted`` not True, ``Finished`` not True, ``spec.active`` not false, and our entry still
+  ``Pending`` (the AdmissionCheck's controllerName was checked by the policy; it is immutable);
+- nothing to change (same state and message) -> no write;
+- server-side apply on ``/status``: field manager = our controller name, ``force=true``, body =
+  apiVersion/kind/metadata(name, namespace, uid, resourceVersion) + ONLY our entry (name, state,
+  lastTransitionTime, message, and requeueAfterSeconds for Retry);
+- 409 Conflict -> fresh GET and again (bounded); guards failing on the fresh read -> skip.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes_asyncio.client import CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.act.outcome import WriteOutcome, error_kind, rfc3339
+from autoscaler.policy.admission import AdmissionDecision
+from autoscaler.snapshot import CHECK_PENDING, CHECK_RETRY
+
+log = logging.getLogger(__name__)
+
+GROUP = "kueue.x-k8s.io"
+VERSION = "v1beta2"
+PLURAL = "workloads"
+APPLY = "application/apply-patch+yaml"
+RESOURCE = "workloads/status"
+
+
+def _cond_true(obj: Mapping[str, Any], ctype: str) -> bool:
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == ctype:
+            return c.get("status") == "True"
+    return False
+
+
+def guard(obj: Mapping[str, Any], decision: AdmissionDecision) -> str:
+    """'' when we may write ``decision`` onto ``obj`` (a fresh read), else why not."""
+    md = obj.get("metadata") or {}
+    if decision.uid and md.get("uid") and md.get("uid") != decision.uid:
+        return "recreated"
+    if not _cond_true(obj, "QuotaReserved"):
+        return "no_quota"
+    if _cond_true(obj, "Evicted"):
+        return "evicted"
+    if _cond_true(obj, "Finished"):
+        return "finished"
+    if (obj.get("spec") or {}).get("active") is False:
+        return "inactive"
+    entry = current_entry(obj, decision.check)
+    if entry is None:
+        return "no_entry"
+    if entry.get("state") != CHECK_PENDING:
+        return "not_pending"
+    return ""
+
+
+def current_entry(obj: Mapping[str, Any], check: str) -> Mapping[str, Any] | None:
+    for e in (obj.get("status") or {}).get("admissionChecks") or ():
+        if isinstance(e, Mapping) and e.get("name") == check:
+            return e
+    return None
+
+
+def apply_body(obj: Mapping[str, Any], decision: AdmissionDecision, now: float) -> dict[str, Any] | None:
+    """The SSA body for ``decision`` on ``obj``, or None when it would change nothing."""
+    entry = current_entry(obj, decision.check) or {}
+    state = decision.state or CHECK_PENDING
+    same_state = entry.get("state") == state
+    if same_state and entry.get("message", "") == decision.message and (
+        state != CHECK_RETRY or entry.get("requeueAfterSeconds") == decision.requeue_after_seconds
+    ):
+        return None
+    ltt = entry.get("lastTransitionTime") if same_state and entry.get("lastTransitionTime") else rfc3339(now)
+    new_entry: dict[str, Any] = {"name": decision.check, "state": state, "lastTransitionTime": ltt,
+                                 "message": decision.message}
+    if state == CHECK_RETRY and decision.requeue_after_seconds is not None:
+        new_entry["requeueAfterSeconds"] = int(decision.requeue_after_seconds)
+    md = obj.get("metadata") or {}
+    meta = {"name": md.get("name", decision.name), "namespace": md.get("namespace", decision.namespace),
+            "resourceVersion": md.get("resourceVersion", decision.resource_version)}
+    if md.get("uid"):
+        meta["uid"] = md["uid"]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": meta,
+            "status": {"admissionChecks": [new_entry]}}
+
+
+async def write_check_state(
+    api_client: Any,
+    decision: AdmissionDecision,
+    *,
+    field_manager: str,
+    now: float,
+    counters: Any = None,
+    dry_run: bool = False,
+    max_attempts: int = 3,
+) -> WriteOutcome:
+    """Fresh read, guards, SSA of our entry; 409 -> re-read and retry up to ``max_attempts``.
+
+    Without an API client (demo, simulator) there is nothing to read or write: it counts as dry-run."""
+    if api_client is None:
+        if counters is not None:
+            counters.writes.labels(resource=RESOURCE, verb="patch").inc()
+        return WriteOutcome("dry_run", "no_client", 0)
+    api = CustomObjectsApi(api_client)
+    attempts = 0
+    while attempts < max_attempts:
+        attempts += 1
+        try:
+            obj = await api.get_namespaced_custom_object(GROUP, VERSION, decision.namespace, PLURAL, decision.name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return WriteOutcome("skipped", "gone", attempts)
+            _count_error(counters, exc)
+            return WriteOutcome("error", error_kind(exc), attempts)
+        except Exception as exc:
+            _count_error(counters, exc)
+            return WriteOutcome("error", error_kind(exc), attempts)
+        why = guard(obj, decision)
+        if why:
+            return WriteOutcome("skipped", why, attempts)
+        body = apply_body(obj, decision, now)
+        if body is None:
+            return WriteOutcome("unchanged", "", attempts)
+        if dry_run:
+            if counters is not None:
+                counters.writes.labels(resource=RESOURCE, verb="patch").inc()
+            log.info("dry-run: would apply %s on %s: %s", body["status"]["admissionChecks"][0]["state"],
+                     decision.workload, decision.message)
+            return WriteOutcome("dry_run", "", attempts)
+        try:
+            await api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, decision.namespace, PLURAL, decision.name, body,
+                field_manager=field_manager, force=True, _content_type=APPLY,
+            )
+        except ApiException as exc:
+            if exc.status == 409 and attempts < max_attempts:
+                continue
+            _count_error(counters, exc)
+            if exc.status == 409:
+                return WriteOutcome("conflict", "conflict", attempts)
+            log.warning("status apply on %s failed: %s %s", decision.workload, exc.status, exc.reason)
+            return WriteOutcome("error", error_kind(exc), attempts)
+        except Exception as exc:
+            _count_error(counters, exc)
+            return WriteOutcome("error", error_kind(exc), attempts)
+        if counters is not None:
+            counters.writes.labels(resource=RESOURCE, verb="patch").inc()
+        return WriteOutcome("written", "", attempts)
+    return WriteOutcome("conflict", "conflict", attempts)
+
+
+def _count_error(counters: Any, exc: BaseException) -> None:
+    if counters is not None:
+        counters.write_errors.labels(resource=RESOURCE, kind=error_kind(exc)).inc()

@@ -1,0 +1,515 @@
+"""The RayCluster worker-group scaling policy: desired workers per group, and how to write them.
+
+``decide_scaling(snapshot, cluster, defaults, history, now)`` is pure; for an opted-in RayCluster
+(``queuepilot.io/autoscale: "true"``) it returns one ``GroupDecision`` per worker group:
+
+1. **Can we touch it?**  Suspended -> ``ClusterSuspended``; Kueue-managed (queue-name label) and not
+   elastic -> ``NotScalableUnderKueue``; no write in either case.
+2. **Are the inputs fresh?**  Ray demand signal stale/missing -> ``RaySignalStale``; GPU signal
+   stale (GPU groups) -> ``GpuSignalStale``; hold (desired = current, no write, idle timers reset).
+3. **Recommendation** (HPA "calculate" step):
+   - *pending demand*: Ray's unscheduled bundles (not INFEASIBLE) are assigned to the group that can
+     hold them (the ``group`` Ray named, else the smallest worker that fits, CPU-only groups first
+     for bundles without GPUs) and packed first-fit-decreasing into new workers of the group's shape
+     (STRICT_SPREAD bundles one per worker); workers still starting absorb that many -> ``current +
+     ceil(workers / numOfHosts)``, reason ``PendingDemand``.  Bundles no worker can hold, and those
+     Ray marks INFEASIBLE, go to ``infeasible``, never to a scale-up;
+   - *idle workers*: a Running, ready worker is idle when its GPU utilization (CPU utilization for
+     CPU-only groups) is under the idle threshold **and** Ray reports no work on it (``ray_busy`` is
+     False; unknown counts as busy); it may go once idle for the idle window — the shorter pressured
+     window while another ClusterQueue has a GPU workload waiting longer than
+     ``queue_pressure_wait`` -> ``current - removable``, reason ``IdleWorkers`` /
+     ``IdleWorkersQueuePressure`` (under pressure the scale-down stabilization window is also cut
+     to the pressured idle window, else the 300 s default would outlast it).  Without queue pressure the HPA utilization rule
+     (``ceil(ready * mean / target)`` outside the tolerance) is a floor, so the remaining workers
+     stay under the target (``KeptForUtilizationTarget``).  Multi-host groups (numOfHosts > 1) are
+     not scaled down by idleness;
+   - *quota headroom* (Kueue-managed elastic clusters): never more new GPUs than the ClusterQueue's
+     headroom on the group's flavor -> ``QuotaHeadroomLimit`` and an ``infeasible`` entry.
+4. **Behavior** (``behavior.normalize``): stabilization windows, Pods/Percent step limits per
+   period, ``[min, max]``.
+5. **Write**: in-tree autoscaler off -> ``write="replicas"`` with ``workers_to_delete`` naming the
+   idlest removable pods (lowest utilization, longest idle); in-tree autoscaler on -> ``write=
+   "min_max"``: ``maxReplicas`` is lowered to shed idle workers (Ray's autoscaler then removes
+   the extra workers) and restored to the user's value afterwards, capped by quota headroom on
+   elastic Kueue clusters; ``minReplicas`` is never raised (Ray scales up for demand itself, and a
+   raised min would keep workers Ray considers idle).  A ``workersToDelete`` list whose pods are
+   all gone is cleared (``clear_workers_to_delete``); while some still exist the group holds
+   (``WaitingForWorkerDeletion``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from autoscaler import reasons as R
+from autoscaler.policy.annotations import policy_from_annotations
+from autoscaler.policy.behavior import normalize
+from autoscaler.policy.config import ScalingDefaults
+from autoscaler.snapshot import (
+    GPU_RESOURCE,
+    ClusterSnapshot,
+    RayClusterState,
+    RayDemand,
+    RayWorker,
+    WorkerGroupState,
+    WorkloadState,
+    frozen_map,
+)
+
+__all__ = [
+    "GroupDecision",
+    "GroupHistory",
+    "ScalingDefaults",
+    "ScalingResult",
+    "assign_demand",
+    "decide_scaling",
+    "idle_workers",
+    "pending_gpu_workloads",
+    "queue_pressure",
+    "workers_needed",
+]
+
+Direction = Literal["up", "down", "hold"]
+WriteMode = Literal["replicas", "min_max", "none"]
+Bundle = Mapping[str, float]
+
+_MAX_BUNDLES = 100_000  # bound on expanded demand (count) per cluster
+_CHECKED = ("GPU", "CPU", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupHistory:
+    """What one group's past decisions leave behind (kept by the caller between passes)."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()  # (t, unstabilized replicas)
+    scale_events: tuple[tuple[float, int], ...] = ()  # (t, signed replica change written)
+    idle_since: Mapping[str, float] = field(default_factory=frozen_map)  # pod -> first seen idle
+    user_max: int | None = None  # in-tree autoscaler case: the user's maxReplicas
+    written_max: int | None = None  # the maxReplicas we last wrote
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDecision:
+    namespace: str
+    cluster: str
+    group: str
+    direction: Direction
+    reason: str
+    message: str
+    current: int
+    desired: int
+    min_replicas: int
+    max_replicas: int
+    workers_to_delete: tuple[str, ...] = ()
+    write: WriteMode = "none"
+    new_min: int | None = None
+    new_max: int | None = None
+    idle_gpus: int = 0
+    pending_gpus: int = 0
+    infeasible: tuple[str, ...] = ()
+    clear_workers_to_delete: bool = False
+    resource_version: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.namespace, self.cluster, self.group)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingResult:
+    decisions: tuple[GroupDecision, ...]
+    history: Mapping[str, GroupHistory]  # group name -> history
+    warnings: tuple[str, ...]  # malformed annotations (-> Warning Events)
+
+
+# ------------------------------------------------------------------------------------------ demand
+def _capacity(g: WorkerGroupState) -> dict[str, float]:
+    """One worker's Ray resources; CPU/memory left out when unknown (0) so they are not checked."""
+    cap: dict[str, float] = {"GPU": float(g.gpus_per_worker)}
+    if g.cpu_per_worker > 0:
+        cap["CPU"] = g.cpu_per_worker
+    if g.memory_per_worker > 0:
+        cap["memory"] = g.memory_per_worker
+    cap.update({k: float(v) for k, v in g.ray_resources.items()})
+    return cap
+
+
+def _fits(shape: Bundle, cap: Mapping[str, float]) -> bool:
+    for k, v in shape.items():
+        if v <= 0:
+            continue
+        if k == "GPU" or k in cap:
+            if v > cap.get(k, 0.0) + 1e-9:
+                return False
+        elif k not in _CHECKED and not k.startswith(("node:", "accelerator_type:", "object_store")):
+            return False  # a custom resource no worker of this group advertises
+    return True
+
+
+def _shape_text(shape: Bundle) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items()) if v) + "}"
+
+
+def assign_demand(
+    cluster: RayClusterState,
+) -> tuple[dict[str, list[tuple[Bundle, bool]]], dict[str | None, list[str]]]:
+    """Group name -> [(bundle, strict_spread)] for Ray's feasible pending demand; and the infeasible
+    part, by the group Ray named (None: any group)."""
+    per_group: dict[str, list[tuple[Bundle, bool]]] = {g.name: [] for g in cluster.groups}
+    infeasible: dict[str | None, list[str]] = {}
+    caps = {g.name: _capacity(g) for g in cluster.groups}
+    expanded = 0
+    for d in cluster.demand:
+        n = max(0, d.count)
+        if d.infeasible:
+            infeasible.setdefault(d.group, []).append(f"{n} x {_shape_text(d.shape)} ({d.kind}) infeasible per Ray")
+            continue
+        cands = [g for g in cluster.groups if (d.group is None or g.name == d.group) and _fits(d.shape, caps[g.name])]
+        if not cands:
+            where = f"group {d.group}" if d.group else "any worker group"
+            infeasible.setdefault(d.group, []).append(f"{n} x {_shape_text(d.shape)} ({d.kind}) fits no worker of {where}")
+            continue
+        cands.sort(key=lambda g: (caps[g.name].get("GPU", 0), caps[g.name].get("CPU", 0),
+                                  caps[g.name].get("memory", 0), g.name))
+        take = min(n, _MAX_BUNDLES - expanded)
+        expanded += take
+        per_group[cands[0].name].extend([(d.shape, d.strategy == "STRICT_SPREAD")] * take)
+    return per_group, infeasible
+
+
+def workers_needed(bundles: Sequence[tuple[Bundle, bool]], cap: Mapping[str, float]) -> int:
+    """New workers of shape ``cap`` for ``bundles``: first-fit decreasing over the checked resources."""
+    keys = [k for k in cap if cap[k] > 0]
+    items = sorted(bundles, key=lambda b: tuple(-b[0].get(k, 0.0) for k in keys))
+    bins: list[dict[str, float]] = []
+    for shape, spread in items:
+        placed = False
+        if not spread:
+            for b in bins:
+                if all(shape.get(k, 0.0) <= b[k] + 1e-9 for k in keys):
+                    for k in keys:
+                        b[k] -= shape.get(k, 0.0)
+                    placed = True
+                    break
+        if not placed:
+            bins.append({k: cap[k] - shape.get(k, 0.0) for k in keys})
+    return len(bins)
+
+
+# ---------------------------------------------------------------------------------------- pressure
+def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float) -> tuple[tuple[float, WorkloadState], ...]:
+    """(wait, workload) of every pending GPU workload without quota, longest wait first; compute it
+    once per snapshot and pass it to ``decide_scaling(..., waiting=)`` when deciding many clusters."""
+    out = [(now - wl.queued_since, wl) for wl in snapshot.workloads.values()
+           if wl.pending and not wl.quota_reserved and wl.gpu_demand > 0]
+    out.sort(key=lambda x: (-x[0], x[1].key))
+    return tuple(out)
+
+
+def queue_pressure(
+    snapshot: ClusterSnapshot,
+    cluster: RayClusterState,
+    wait_seconds: float,
+    now: float,
+    waiting: Sequence[tuple[float, WorkloadState]] | None = None,
+) -> str:
+    """A description of other teams waiting (GPU workloads of other ClusterQueues pending longer than
+    ``wait_seconds``), or "" when nobody waits."""
+    if waiting is None:
+        waiting = pending_gpu_workloads(snapshot, now)
+    others = []
+    for age, wl in waiting:
+        if age <= wait_seconds:
+            break  # sorted by wait, longest first
+        if cluster.cluster_queue is not None and wl.cluster_queue == cluster.cluster_queue:
+            continue
+        if wl.namespace == cluster.namespace and cluster.cluster_queue is None:
+            continue
+        others.append((age, wl))
+    if not others:
+        return ""
+    age, oldest = others[0]
+    gpus = sum(w.gpu_demand for _, w in others)
+    return (f"{len(others)} workload(s) of other queues wait for {gpus} GPUs "
+            f"(oldest {oldest.key} in {oldest.cluster_queue}, {age / 60:.0f}m)")
+
+
+# -------------------------------------------------------------------------------------------- idle
+def _util(w: RayWorker, gpu_group: bool) -> float | None:
+    return w.gpu_utilization if gpu_group else w.cpu_utilization
+
+
+def _idle_now(w: RayWorker, gpu_group: bool, policy: ScalingDefaults) -> bool:
+    if w.deleting or not w.ready or w.phase != "Running" or w.ray_busy is not False:
+        return False
+    u = _util(w, gpu_group)
+    threshold = policy.idle_gpu_utilization if gpu_group else policy.idle_cpu_utilization
+    return u is not None and u < threshold
+
+
+def idle_workers(
+    group: WorkerGroupState, policy: ScalingDefaults, idle_since: Mapping[str, float], window: float, now: float
+) -> tuple[dict[str, float], list[RayWorker]]:
+    """(new idle_since map, workers idle for at least ``window``, idlest first)."""
+    gpu_group = group.gpus_per_worker > 0
+    since: dict[str, float] = {}
+    removable: list[RayWorker] = []
+    for w in group.workers:
+        if _idle_now(w, gpu_group, policy):
+            t = idle_since.get(w.pod, now)
+            since[w.pod] = t
+            if now - t >= window:
+                removable.append(w)
+    removable.sort(key=lambda w: (_util(w, gpu_group) or 0.0, since[w.pod], w.pod))
+    return since, removable
+
+
+def _utilization_floor(group: WorkerGroupState, policy: ScalingDefaults, current: int) -> tuple[int, str]:
+    """HPA core rule on the ready workers: ``ceil(ready * mean / target)``, current within tolerance."""
+    gpu_group = group.gpus_per_worker > 0
+    ready = [w for w in group.workers if w.ready and w.phase == "Running" and not w.deleting]
+    floors = []
+    details = []
+    metrics = [("GPU", [w.gpu_utilization for w in ready], policy.target_gpu_utilization)] if gpu_group else [
+        ("CPU", [w.cpu_utilization for w in ready], policy.target_cpu_utilization),
+        ("memory", [w.memory_utilization for w in ready], policy.target_memory_utilization),
+    ]
+    for name, values, target in metrics:
+        known = [v for v in values if v is not None]
+        if not known or len(known) < len(values):
+            continue  # incomplete: this metric cannot argue for a scale-down
+        mean = sum(known) / len(known)
+        ratio = mean / target
+        if abs(1.0 - ratio) <= policy.tolerance:
+            floors.append(current)
+        else:
+            floors.append(math.ceil(len(known) * ratio - 1e-9))
+        details.append(f"{name} {mean:.0%} of target {target:.0%}")
+    if not floors:
+        return 0, ""
+    return max(floors), ", ".join(details)
+
+
+# ------------------------------------------------------------------------------------------ headroom
+def _headroom_replicas(snapshot: ClusterSnapshot, cluster: RayClusterState, group: WorkerGroupState) -> tuple[int | None, str]:
+    """Most replicas the ClusterQueue can still admit for this group (None: unlimited), and why."""
+    if not cluster.kueue_managed or group.gpus_per_worker <= 0:
+        return None, ""
+    cq = snapshot.cluster_queues.get(cluster.cluster_queue or "")
+    if cq is None:
+        return 0, f"ClusterQueue of queue {cluster.queue_name!r} unknown"
+    flavor = None
+    for wl in snapshot.workloads.values():
+        if wl.namespace == cluster.namespace and wl.owner_kind == "RayCluster" and wl.owner_name == cluster.name:
+            flavor = wl.flavors.get(group.name.lower(), {}).get(GPU_RESOURCE) or flavor
+    flavors = [flavor] if flavor else sorted(cq.nominal_gpus)
+    headroom = sum(cq.headroom_gpus(f) for f in flavors)
+    per_replica = group.gpus_per_worker * max(1, group.num_of_hosts)
+    return int(headroom // per_replica), f"ClusterQueue {cq.name} has {headroom:g} GPUs of headroom on {', '.join(flavors)}"
+
+
+# ------------------------------------------------------------------------------------------- decide
+def _prune(h: GroupHistory, policy: ScalingDefaults, now: float) -> GroupHistory:
+    keep_rec = max(policy.scale_up.stabilization_window_seconds, policy.scale_down.stabilization_window_seconds)
+    keep_ev = max(policy.scale_up.longest_period, policy.scale_down.longest_period)
+    return replace(
+        h,
+        recommendations=tuple((t, r) for t, r in h.recommendations if now - t < keep_rec),
+        scale_events=tuple((t, d) for t, d in h.scale_events if now - t < keep_ev),
+    )
+
+
+def _decide_group(
+    snapshot: ClusterSnapshot,
+    cluster: RayClusterState,
+    group: WorkerGroupState,
+    policy: ScalingDefaults,
+    h: GroupHistory,
+    demand: list[tuple[Bundle, bool]],
+    infeasible_demand: tuple[str, ...],
+    pressure: str,
+    now: float,
+) -> tuple[GroupDecision, GroupHistory]:
+    current, lo, hi = group.replicas, group.min_replicas, group.max_replicas
+    gpu_group = group.gpus_per_worker > 0
+    in_tree = cluster.in_tree_autoscaler
+    pending_gpus = int(sum(b.get("GPU", 0.0) for b, _ in demand))
+    h = _prune(h, policy, now)
+    if in_tree:
+        user_max = hi if (h.written_max is None or hi != h.written_max or h.user_max is None) else h.user_max
+        h = replace(h, user_max=user_max)
+
+    def out(direction: Direction, reason: str, message: str, desired: int, **kw) -> GroupDecision:
+        return GroupDecision(
+            namespace=cluster.namespace, cluster=cluster.name, group=group.name, direction=direction, reason=reason,
+            message=message[:1024], current=current, desired=desired, min_replicas=lo, max_replicas=hi,
+            pending_gpus=pending_gpus, resource_version=cluster.resource_version, **kw,
+        )
+
+    if cluster.suspended:
+        return out("hold", R.CLUSTER_SUSPENDED, "the RayCluster is suspended; nothing to scale", current), h
+    if cluster.kueue_managed and not cluster.elastic:
+        return out("hold", R.NOT_SCALABLE_UNDER_KUEUE,
+                   f"managed by Kueue (queue {cluster.queue_name}) and not elastic: a replica change would make "
+                   "Kueue suspend and requeue it; set kueue.x-k8s.io/elastic-job: \"true\" to allow scaling",
+                   current), h
+
+    existing = {w.pod for w in group.workers}
+    stale_list = bool(group.workers_to_delete) and not (set(group.workers_to_delete) & existing)
+    if group.workers_to_delete and not stale_list and not in_tree:
+        left = sorted(set(group.workers_to_delete) & existing)
+        return out("hold", R.WAITING_FOR_WORKER_DELETION,
+                   f"waiting for the operator to delete {len(left)} worker(s): {', '.join(left[:10])}", current), h
+
+    sig = cluster.demand_signal
+    if sig is None or sig.is_stale(now):
+        age = sig.age(now) if sig else None
+        h = replace(h, idle_since=frozen_map())
+        return out("hold", R.RAY_SIGNAL_STALE,
+                   "Ray demand signal " + ("missing" if age is None else f"{age:.0f}s old") + "; holding at "
+                   f"{current} (no scale-down on incomplete data)", current,
+                   clear_workers_to_delete=stale_list and not in_tree,
+                   write="replicas" if stale_list and not in_tree else "none"), h
+    if gpu_group and snapshot.gpu_signal_stale():
+        h = replace(h, idle_since=frozen_map())
+        return out("hold", R.GPU_SIGNAL_STALE, f"GPU signal stale; holding at {current}", current,
+                   clear_workers_to_delete=stale_list and not in_tree,
+                   write="replicas" if stale_list and not in_tree else "none"), h
+
+    # ---- 3. recommendation
+    window = policy.pressured_idle_window_seconds if pressure else policy.idle_window_seconds
+    since, removable = idle_workers(group, policy, h.idle_since, window, now)
+    h = replace(h, idle_since=frozen_map(since))
+    idle_gpus = sum(w.gpus or group.gpus_per_worker for w in removable) if gpu_group else 0
+    infeasible = list(infeasible_demand)
+    cap = _capacity(group)
+    need = workers_needed(demand, cap) if demand else 0
+    starting = sum(1 for w in group.workers if not w.deleting and (w.phase != "Running" or not w.ready))
+    add_workers = max(0, need - starting)
+    hosts = max(1, group.num_of_hosts)
+    if add_workers > 0:
+        raw = current + math.ceil(add_workers / hosts)
+        reason = R.PENDING_DEMAND
+        msg = (f"{len(demand)} pending Ray bundle(s) ({pending_gpus} GPUs) need {need} worker(s) of "
+               f"{_shape_text(cap)}; {starting} starting")
+    elif removable and hosts == 1:
+        raw = current - len(removable)
+        reason = R.IDLE_WORKERS_QUEUE_PRESSURE if pressure else R.IDLE_WORKERS
+        what = "GPU" if gpu_group else "CPU"
+        msg = (f"{len(removable)} worker(s) idle ({what} use under "
+               f"{(policy.idle_gpu_utilization if gpu_group else policy.idle_cpu_utilization):.0%}, no Ray work) "
+               f"for {window / 60:g}m" + (f" while {pressure}" if pressure else ""))
+        if not pressure:
+            floor, detail = _utilization_floor(group, policy, current)
+            if floor > raw:
+                raw = min(current, floor)
+                reason = R.KEPT_FOR_UTILIZATION_TARGET
+                msg += f"; keeping {raw} for the utilization target ({detail})"
+    elif infeasible:
+        raw = current
+        reason = R.INFEASIBLE_DEMAND
+        msg = "no feasible pending demand; " + "; ".join(infeasible)
+    else:
+        raw = current
+        reason = R.WITHIN_TARGET
+        msg = "no pending demand and no worker idle for the window"
+
+    # quota headroom (Kueue elastic): never ask for more than the ClusterQueue can admit
+    if raw > current:
+        room, why = _headroom_replicas(snapshot, cluster, group)
+        if room is not None and raw > current + room:
+            infeasible.append(f"{raw - current - room} replica(s) wanted beyond quota headroom ({why})")
+            raw = current + room
+            reason, msg = R.QUOTA_HEADROOM_LIMIT, f"{msg}; {why}"
+    if raw > hi and add_workers > 0:
+        infeasible.append(f"{raw - max(current, hi)} more replica(s) wanted, group at maxReplicas {hi}")
+
+    # ---- 4. behavior (while others wait, the scale-down window is at most the pressured idle window)
+    down = policy.scale_down
+    if pressure and down.stabilization_window_seconds > policy.pressured_idle_window_seconds:
+        down = replace(down, stabilization_window_seconds=int(policy.pressured_idle_window_seconds))
+    norm = normalize(raw, current, lo, hi, h.recommendations, h.scale_events, policy.scale_up, down, now)
+    final = norm.replicas
+    if norm.reason:
+        reason, msg = norm.reason, f"{msg}; {norm.message}"
+    h = replace(h, recommendations=(*h.recommendations, (now, raw)))
+    direction: Direction = "up" if final > current else "down" if final < current else "hold"
+
+    # ---- 5. write
+    if not in_tree:
+        to_delete: tuple[str, ...] = ()
+        if final < current:
+            to_delete = tuple(w.pod for w in removable[: current - final])
+        changed = final != current
+        if changed:
+            h = replace(h, scale_events=(*h.scale_events, (now, final - current)))
+        if not changed and stale_list:
+            reason, msg = R.WORKERS_DELETED, f"the pods in workersToDelete are gone; clearing it ({msg})"
+        write: WriteMode = "replicas" if changed or stale_list else "none"
+        verb = {"up": "scale up", "down": "scale down", "hold": "hold"}[direction]
+        text = f"{verb} {current} -> {final}: {msg}" + (f"; deleting {', '.join(to_delete)}" if to_delete else "")
+        return out(direction, reason, text, final, workers_to_delete=to_delete, write=write, idle_gpus=idle_gpus,
+                   infeasible=tuple(infeasible), clear_workers_to_delete=stale_list and not to_delete), h
+
+    # in-tree autoscaler on: steer maxReplicas only
+    target_max = h.user_max if h.user_max is not None else hi
+    if final < current:
+        target_max = final
+    room, why = _headroom_replicas(snapshot, cluster, group)
+    if room is not None:
+        target_max = min(target_max, current + room)
+    target_max = max(target_max, lo)
+    if target_max != hi:
+        h = replace(h, written_max=target_max)
+        if final < current:
+            h = replace(h, scale_events=(*h.scale_events, (now, final - current)))
+        text = (f"maxReplicas {hi} -> {target_max} (Ray's autoscaler owns replicas, currently {current}): {msg}"
+                + (f"; {why}" if why and room is not None and target_max == current + room else ""))
+        return out("down" if target_max < current else direction, reason, text, min(final, target_max),
+                   write="min_max", new_min=lo, new_max=target_max, idle_gpus=idle_gpus,
+                   infeasible=tuple(infeasible)), h
+    return out(direction if direction != "down" else "hold", reason,
+               f"maxReplicas stays {hi} (Ray's autoscaler owns replicas, currently {current}): {msg}", current,
+               idle_gpus=idle_gpus, infeasible=tuple(infeasible)), h
+
+
+def decide_scaling(
+    snapshot: ClusterSnapshot,
+    cluster: RayClusterState,
+    defaults: ScalingDefaults,
+    history: Mapping[str, GroupHistory],
+    now: float,
+    *,
+    waiting: Sequence[tuple[float, WorkloadState]] | None = None,
+) -> ScalingResult:
+    """One decision per worker group of an opted-in RayCluster (none otherwise); pure, deterministic.
+
+    ``history`` maps group name -> ``GroupHistory`` from the previous pass (empty at first); the
+    returned history replaces it (groups no longer present are dropped).  ``waiting``: the result
+    of ``pending_gpu_workloads(snapshot, now)``, to share between clusters (computed when None).
+    """
+    if not cluster.opted_in:
+        return ScalingResult(decisions=(), history=frozen_map(), warnings=())
+    policy, warnings = policy_from_annotations(cluster.annotations, defaults)
+    demand, infeasible = assign_demand(cluster)
+    pressure = queue_pressure(snapshot, cluster, policy.queue_pressure_wait_seconds, now, waiting)
+    decisions = []
+    new_hist: dict[str, GroupHistory] = {}
+    for group in cluster.groups:
+        # unscoped infeasible demand is reported once, on the first group
+        mine = tuple(infeasible.get(group.name, ())) + (tuple(infeasible.get(None, ())) if group is cluster.groups[0]
+                                                        else ())
+        d, h = _decide_group(snapshot, cluster, group, policy, history.get(group.name, GroupHistory()),
+                             demand.get(group.name, []), mine, pressure, now)
+        decisions.append(d)
+        new_hist[group.name] = h
+    return ScalingResult(decisions=tuple(decisions), history=frozen_map(new_hist), warnings=warnings)
+
+
+def demand_summary(demand: Sequence[RayDemand]) -> int:
+    """Total GPUs in Ray's pending demand (for metrics)."""
+    return int(sum(d.shape.get("GPU", 0.0) * d.count for d in demand if not d.infeasible))

@@ -1,0 +1,304 @@
+"""Scenarios through the fake API server with the real kubernetes-asyncio client.
+
+The test plays Kueue and KubeRay (tests/decisions/kube_world.py); the reconcilers are the
+controller's own, fed with snapshots built by the controller's views + build_snapshot.
+"""
+
+from __future__ import annotations
+
+from autoscaler import reasons as R
+from autoscaler.rbac import CONTROLLER_API_CALLS
+from autoscaler.reconcile_admission import AdmissionReconciler
+from autoscaler.reconcile_scaling import ScalingReconciler
+from autoscaler.reconcilers import build_reconcilers
+from tests.decisions import kube_world as k
+
+T0 = 100_000.0
+
+
+def base_world(world, nodes=("n0", "n1")):
+    world.add(k.flavor("a100"), k.cluster_queue("cq-a", {"a100": 64}), k.cluster_queue("cq-b", {"a100": 64}),
+              k.local_queue("lq-a", "team-a", "cq-a"), k.local_queue("lq-b", "team-b", "cq-b"), k.admission_check(),
+              *(k.node(n) for n in nodes))
+
+
+def sample(registry, name, labels):
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def events(fake_api, ns="team-a"):
+    return [(e["involvedObject"]["name"], e["type"], e["reason"], e["message"]) for e in fake_api.list("v1", "Event", ns)]
+
+
+async def until(pred, step: float = 0.02) -> None:
+    """Poll ``pred`` (the caller bounds the wait with asyncio.timeout)."""
+    import asyncio
+
+    while True:
+        if pred():
+            return
+        await asyncio.sleep(step)
+
+
+def assert_rbac(fake_api):
+    assert fake_api.observed_calls() <= CONTROLLER_API_CALLS
+
+
+async def test_gpu_fails_between_two_admissions(fake_api, world, make_ctx):
+    base_world(world)
+    ctx = make_ctx()
+    rec = AdmissionReconciler(ctx)
+    world.add(k.workload("w1"), k.workload("w2"))
+    world.reserve("w1", "cq-a", {"main": "a100"}, T0)
+    await rec.reconcile(world.snapshot(T0 + 1), T0 + 1)
+    e1 = world.check_entry("w1")
+    assert e1["state"] == "Ready" and "8 healthy GPUs reserved" in e1["message"]
+    assert world.kueue_react(T0 + 2) == [("w1", "admitted")]
+    # XID 79 on GPU 3 of n1 before the second workload gets quota; w1's pods are not running yet
+    world.unhealthy.add(("n1", 3))
+    world.reserve("w2", "cq-a", {"main": "a100"}, T0 + 3)
+    await rec.reconcile(world.snapshot(T0 + 4), T0 + 4)
+    e2 = world.check_entry("w2")
+    assert e2["state"] == "Retry" and e2["requeueAfterSeconds"] == 30
+    assert "largest free healthy blocks: 7" in e2["message"] and "8 promised" in e2["message"]
+    assert world.kueue_react(T0 + 5) == [("w2", "evicted")]
+    w2 = world.get("Workload", "w2")
+    assert world.check_entry("w2")["state"] == "Pending" and "admission" not in w2["status"]
+    # our write was a server-side apply with our field manager, on the status subresource only
+    managers = {m["manager"]: m for m in w2["metadata"].get("managedFields", [])}
+    assert k.CONTROLLER in managers and managers[k.CONTROLLER]["subresource"] == "status"
+    # no further write to the evicted workload (Kueue #3322/#3543)
+    fake_api.clear_requests()
+    await rec.reconcile(world.snapshot(T0 + 6), T0 + 6)
+    assert not [r for r in fake_api.requests if r.resource == "workloads" and r.verb == "patch"]
+    reg = ctx.registry
+    assert sample(reg, "queuepilot_admission_decisions_total",
+                  {"cluster_queue": "cq-a", "state": "Retry", "reason": R.INSUFFICIENT_GPUS}) == 1
+    assert sample(reg, "queuepilot_admission_decisions_total",
+                  {"cluster_queue": "cq-a", "state": "Ready", "reason": R.CAPACITY_CONFIRMED}) == 1
+    await rec.events.drain()
+    evs = events(fake_api)
+    assert ("w1", "Normal", R.CAPACITY_CONFIRMED) in [e[:3] for e in evs]
+    assert ("w2", "Warning", R.INSUFFICIENT_GPUS) in [e[:3] for e in evs]
+    assert_rbac(fake_api)
+    await rec.close()
+
+
+async def test_fragmented_flavor_then_room(fake_api, world, make_ctx):
+    base_world(world, nodes=("n0", "n1", "n2", "n3"))
+    # other tenants' pods: blocks of free GPUs 8, 8, 6, 3
+    world.add(k.pod("busy-2", "team-b", "n2", 2), k.pod("busy-3", "team-b", "n3", 5))
+    world.add(k.workload("big", pod_sets=(("main", 3, 8),)))
+    world.reserve("big", "cq-a", {"main": "a100"}, T0)
+    rec = AdmissionReconciler(make_ctx())
+    await rec.reconcile(world.snapshot(T0 + 1), T0 + 1)
+    e = world.check_entry("big")
+    assert e["state"] == "Retry"
+    assert "needs 3 pods x 8 GPUs (main) on flavor a100; largest free healthy blocks: 8, 8, 6, 3" in e["message"]
+    world.kueue_react(T0 + 2)
+    # the 2-GPU pod finishes; Kueue requeues after the backoff and reserves again
+    fake_api.delete("v1", "Pod", "busy-2", "team-b")
+    world.reserve("big", "cq-a", {"main": "a100"}, T0 + 40)
+    await rec.reconcile(world.snapshot(T0 + 41), T0 + 41)
+    assert world.check_entry("big")["state"] == "Ready"
+    assert world.check_entry("big")["retryCount"] == 1  # Kueue's field, untouched by our apply
+    assert world.kueue_react(T0 + 42) == [("big", "admitted")]
+    assert_rbac(fake_api)
+    await rec.close()
+
+
+async def test_pytorchjob_master_worker_and_a_rejection(fake_api, world, make_ctx):
+    base_world(world, nodes=("n0", "n1", "n2"))
+    world.add(k.workload("pytorchjob-ok", pod_sets=(("master", 1, 8), ("worker", 2, 8)), owner=("PyTorchJob", "ok")),
+              k.workload("pytorchjob-huge", pod_sets=(("master", 1, 8), ("worker", 2, 16)), owner=("PyTorchJob", "huge")))
+    world.reserve("pytorchjob-ok", "cq-a", {"master": "a100", "worker": "a100"}, T0)
+    world.reserve("pytorchjob-huge", "cq-a", {"master": "a100", "worker": "a100"}, T0 + 1)
+    rec = AdmissionReconciler(make_ctx())
+    await rec.reconcile(world.snapshot(T0 + 2), T0 + 2)
+    assert world.check_entry("pytorchjob-ok")["state"] == "Ready"
+    huge = world.check_entry("pytorchjob-huge")
+    assert huge["state"] == "Rejected" and "16 GPUs per pod" in huge["message"]
+    did = dict(world.kueue_react(T0 + 3))
+    assert did == {"pytorchjob-ok": "admitted", "pytorchjob-huge": "deactivated"}
+    assert world.get("Workload", "pytorchjob-huge")["spec"]["active"] is False
+    assert rec.ledger.promised_by_flavor() == {"a100": 24}
+    await rec.close()
+
+
+async def test_active_condition_is_kept(fake_api, world, make_ctx):
+    world.add(k.admission_check("gpu-capacity", active=None), k.admission_check("theirs", "example.com/x", active=None))
+    rec = AdmissionReconciler(make_ctx())
+    await rec.reconcile(world.snapshot(T0), T0)
+    ours = world.get("AdmissionCheck", "gpu-capacity")
+    assert [(c["type"], c["status"]) for c in ours["status"]["conditions"]] == [("Active", "True")]
+    assert "status" not in world.get("AdmissionCheck", "theirs") or not world.get("AdmissionCheck", "theirs")["status"]
+    fake_api.clear_requests()
+    await rec.reconcile(world.snapshot(T0 + 10), T0 + 10)  # already active: no write
+    assert not [r for r in fake_api.requests if r.verb == "patch"]
+    await rec.close()
+
+
+async def test_idle_team_scaled_down_while_another_team_waits(fake_api, world, make_ctx):
+    base_world(world)
+    world.add(k.ray_cluster("rc", replicas=3, hi=4),
+              *(k.worker_pod("rc", f"rc-gpu-{i}") for i in range(3)),
+              k.workload("waiting", ns="team-b", queue="lq-b", created=T0 - 1200))
+    world.gpu_util.update({("team-a", "rc-gpu-0"): 0.9})
+    world.ray_busy.update({"rc-gpu-1": False, "rc-gpu-2": False})
+    ctx = make_ctx()
+    rec = ScalingReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)  # idle timers start
+    assert world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]["replicas"] == 3
+    await rec.reconcile(world.snapshot(T0 + 150), T0 + 150)  # past the 120 s pressured window
+    g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
+    assert g["replicas"] == 1
+    assert sorted(g["scaleStrategy"]["workersToDelete"]) == ["rc-gpu-1", "rc-gpu-2"]
+    world.kuberay_sync("rc")
+    left = sorted(p["metadata"]["name"] for p in fake_api.list("v1", "Pod", "team-a"))
+    assert left == ["rc-gpu-0"]  # the busy worker survived
+    await rec.reconcile(world.snapshot(T0 + 160), T0 + 160)
+    g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
+    assert g["scaleStrategy"]["workersToDelete"] == [] and g["replicas"] == 1  # cleared by us
+    assert sample(ctx.registry, "queuepilot_scale_decisions_total", {
+        "namespace": "team-a", "raycluster": "rc", "group": "gpu", "direction": "down",
+        "reason": R.IDLE_WORKERS_QUEUE_PRESSURE}) == 1
+    assert ctx.published.idle_gpus[("team-a", "rc", "gpu")] == 0
+    await rec.events.drain()
+    assert any(e[2] == R.IDLE_WORKERS_QUEUE_PRESSURE and "team-b/waiting" in e[3] for e in events(fake_api))
+    assert_rbac(fake_api)
+    await rec.close()
+
+
+async def test_kueue_managed_non_elastic_cluster_left_alone(fake_api, world, make_ctx):
+    base_world(world)
+    world.add(k.ray_cluster("rc", replicas=2, labels={"kueue.x-k8s.io/queue-name": "lq-a"}),
+              *(k.worker_pod("rc", f"rc-gpu-{i}") for i in range(2)))
+    world.ray_busy.update({"rc-gpu-0": False, "rc-gpu-1": False})
+    rec = ScalingReconciler(make_ctx())
+    for t in (T0, T0 + 700, T0 + 1400):
+        await rec.reconcile(world.snapshot(t), t)
+    assert not [r for r in fake_api.requests if r.resource == "rayclusters" and r.verb == "patch"]
+    await rec.events.drain()
+    evs = [e for e in events(fake_api) if e[0] == "rc"]
+    assert [e[1:3] for e in evs] == [("Warning", R.NOT_SCALABLE_UNDER_KUEUE)]  # once, not every pass
+    await rec.close()
+
+
+async def test_ray_autoscaler_writing_the_same_cluster(fake_api, world, make_ctx):
+    """Our patch races the in-tree Ray autoscaler: 409, no retry, next pass decides from its write."""
+    base_world(world)
+    world.add(k.ray_cluster("rc", replicas=3, hi=8, autoscaler=True),
+              *(k.worker_pod("rc", f"rc-gpu-{i}") for i in range(3)))
+    world.ray_busy.update({"rc-gpu-1": False, "rc-gpu-2": False})
+    world.gpu_util.update({("team-a", "rc-gpu-0"): 0.3})
+    ctx = make_ctx(settings={"scaling": {"idle_window": "1m", "pressured_idle_window": "1m",
+                                         "scale_down": {"stabilization_window": "30s"}}})
+    rec = ScalingReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)
+    snap = world.snapshot(T0 + 90)
+    # the Ray autoscaler (JSON patch, no precondition) writes between our snapshot and our patch
+    fake_api.patch(k.RAY, "RayCluster", "rc", [
+        {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 2},
+        {"op": "add", "path": "/spec/workerGroupSpecs/0/scaleStrategy", "value": {"workersToDelete": ["rc-gpu-2"]}},
+    ], namespace="team-a", content_type="application/json-patch+json")
+    await rec.reconcile(snap, T0 + 90)
+    assert [o.result for _, o in rec.outcomes] == ["conflict"]
+    assert sample(ctx.registry, "queuepilot_write_errors_total", {"resource": "rayclusters", "kind": "conflict"}) == 1
+    g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
+    assert (g["replicas"], g["maxReplicas"]) == (2, 8)  # the autoscaler's write stands
+    world.kuberay_sync("rc")
+    await rec.reconcile(world.snapshot(T0 + 100), T0 + 100)
+    g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
+    # in-tree autoscaler on: we only lowered maxReplicas (to shed the remaining idle worker), never replicas
+    assert g["replicas"] == 2 and g["maxReplicas"] == 1
+    assert g["scaleStrategy"]["workersToDelete"] == ["rc-gpu-2"]  # the autoscaler's list is its own
+    assert [o.result for _, o in rec.outcomes] == ["written"]
+    assert_rbac(fake_api)
+    await rec.close()
+
+
+async def test_build_reconcilers_share_events_and_dry_run_writes_nothing(fake_api, world, make_ctx):
+    base_world(world)
+    world.add(k.workload("w1"), k.ray_cluster("rc", replicas=1), k.worker_pod("rc", "rc-gpu-0"))
+    world.reserve("w1", "cq-a", {"main": "a100"}, T0)
+    world.ray_demand["team-a/rc"] = (k.RayDemand(kind="task", shape=k.frozen_map({"GPU": 1.0}), count=2),)
+    ctx = make_ctx(dry_run=True)
+    recs = build_reconcilers(ctx)
+    assert [r.name for r in recs] == ["admission", "scaling"]
+    assert recs[0].events is recs[1].events
+    fake_api.clear_requests()
+    for r in recs:
+        await r.reconcile(world.snapshot(T0 + 1), T0 + 1)
+    assert not [r for r in fake_api.requests if r.method not in ("GET",)]
+    assert world.check_entry("w1")["state"] == "Pending"
+    assert sample(ctx.registry, "queuepilot_writes_total", {"resource": "workloads/status", "verb": "patch"}) == 1
+    assert sample(ctx.registry, "queuepilot_writes_total", {"resource": "rayclusters", "verb": "patch"}) == 1
+    assert any(line.startswith("(dry-run) team-a/w1") for line in ctx.published.last_decisions)
+    assert ctx.published.desired_replicas[("team-a", "rc", "gpu")] == 3
+    assert ctx.published.reserved_gpus == {"a100": 8}
+
+
+async def test_event_driven_in_the_real_controller_loop(fake_api, world):
+    """With a 300 s resync, a check that turns Pending is decided from the watch event, not the resync."""
+    import asyncio
+    import time
+
+    from autoscaler.config import ControllerConfig
+    from autoscaler.controller import Controller
+    from autoscaler.kube.client import make_api_client
+    from autoscaler.signals.gpu import GpuReading
+    from autoscaler.snapshot import GpuState
+
+    class FreshGpus:
+        name = "gpu"
+
+        @property
+        def reading(self):
+            return GpuReading(tuple(GpuState(uuid=f"n0-{i}", node="n0", index=i) for i in range(8)), time.time())
+
+        async def poll(self, now):
+            return None
+
+        async def close(self):
+            return None
+
+    base_world(world, nodes=("n0",))
+    world.add(k.workload("w1"))
+    config = ControllerConfig(listen_host="127.0.0.1", listen_port=0, kubeconfig=str(fake_api.kubeconfig_path),
+                              resync_seconds=300.0, debounce_seconds=0.05, leader_elect=False, identity="t",
+                              gpu_poll_seconds=300.0, ray_poll_seconds=300.0)
+    client = await make_api_client(config.kubeconfig)
+    controller = Controller(config, client, gpu_signal=FreshGpus(), ray_client=None)
+    await controller.start()
+    try:
+        async with asyncio.timeout(20):
+            await until(lambda: controller.synced and controller.passes)
+            world.reserve("w1", "cq-a", {"main": "a100"}, time.time())
+            # (reserved_gpus is published once the pass's writes are done)
+            await until(lambda: world.check_entry("w1")["state"] != "Pending" and controller.published.reserved_gpus)
+        assert world.check_entry("w1")["state"] == "Ready"
+        assert controller.published.reserved_gpus == {"a100": 8}
+    finally:
+        await controller.shutdown()
+        await client.close()
+    assert_rbac(fake_api)
+
+
+async def test_without_an_api_client_nothing_is_written():
+    """The demo/simulator may run the reconcilers without a cluster: they decide and publish only."""
+    from prometheus_client import CollectorRegistry
+
+    from autoscaler.counters import ControllerCounters
+    from autoscaler.reconciler import ControllerContext
+    from tests.decisions import builders as b
+
+    registry = CollectorRegistry()
+    ctx = ControllerContext(api_client=None, registry=registry, counters=ControllerCounters(registry))
+    adm, scale = build_reconcilers(ctx)
+    snap = b.snapshot([b.node("n0")], [b.workload("w")],
+                      ray=[b.ray_cluster([b.group(workers=[b.worker("w0")])], demand=[b.gpu_demand(1)])])
+    await adm.reconcile(snap, b.NOW)
+    await scale.reconcile(snap, b.NOW)
+    assert [(d.state, o.result) for d, o in adm.outcomes] == [("Ready", "dry_run")]
+    assert [o.result for _, o in scale.outcomes] == ["dry_run"]
+    assert ctx.published.desired_replicas[("team-a", "rc", "gpu")] == 2
