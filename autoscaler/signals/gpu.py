@@ -7,7 +7,7 @@ Two modes produce the same :class:`GpuReading` (chosen by ``--gpu-signal``):
 - ``scrape`` (``autoscaler.signals.gpu_scrape``): the controller scrapes the exporter pods.
 
 Both fold the four families below into one :class:`~autoscaler.snapshot.GpuState` per GPU, keyed
-by (``Hostname``, ``UUID``).  A failed poll keeps the last good reading with its old
+by node and GPU UUID (``Hostname``/``UUID`` on DCGM families, ``hostname``/``uuid`` on ours).  A failed poll keeps the last good reading with its old
 ``observed_at``, so the signal ages and turns stale (``SignalStatus``) instead of vanishing.
 """
 
@@ -77,16 +77,22 @@ def pod_of(labels: Mapping[str, str]) -> PodKey | None:
     return None
 
 
+def _identity(labels: Mapping[str, str]) -> tuple[str, str]:
+    """(node, GPU UUID) of a series: DCGM families carry dcgm-exporter's ``Hostname``/``UUID``,
+    queuepilot's own families the snake_case ``hostname``/``uuid`` (exporter/metrics.py)."""
+    return (labels.get("Hostname") or labels.get("hostname", ""), labels.get("UUID") or labels.get("uuid", ""))
+
+
 def fold_series(series: Iterable[tuple[str, Mapping[str, str], float]]) -> tuple[GpuState, ...]:
-    """(family, labels, value) samples -> one GpuState per (Hostname, UUID).
+    """(family, labels, value) samples -> one GpuState per (node, GPU UUID).
 
     Pod attribution comes from ``queuepilot_gpu_allocated`` only: its value says whether the GPU is
     allocated, so an exporter pod's own ``pod`` target label is never mistaken for a workload pod.
-    Series without ``Hostname`` or ``UUID`` are ignored (they cannot be joined to a node).
+    Series without a node or a UUID label are ignored (they cannot be joined to a node).
     """
     gpus: dict[tuple[str, str], _Gpu] = {}
     for family, labels, value in series:
-        node, uuid = labels.get("Hostname", ""), labels.get("UUID", "")
+        node, uuid = _identity(labels)
         if not node or not uuid or value != value:  # NaN
             continue
         g = gpus.get((node, uuid))
@@ -96,7 +102,7 @@ def fold_series(series: Iterable[tuple[str, Mapping[str, str], float]]) -> tuple
             g.index = int(labels.get("gpu", g.index))
         except ValueError:
             pass
-        g.model = labels.get("modelName", g.model)
+        g.model = labels.get("modelName") or labels.get("model_name") or g.model
         if family == HEALTHY:
             g.healthy = value >= 0.5
             g.reason = "" if g.healthy else labels.get("reason", "")

@@ -11,8 +11,14 @@ from tests.support.ports import free_port
 
 
 def gpu_line(family: str, node: str, i: int, value: float, pod: str | None = None, extra: str = "") -> str:
-    labels = (f'gpu="{i}",UUID="GPU-{node}-{i}",pci_bus_id="00000000:{i:02d}:00.0",device="nvidia{i}",'
-              f'modelName="NVIDIA H100 80GB HBM3",Hostname="{node}"')
+    """One series labelled as the exporter labels it (exporter/metrics.py): dcgm-exporter's names on
+    DCGM_* families, the snake_case identity on queuepilot_* families."""
+    if family.startswith("queuepilot_"):
+        labels = (f'gpu="{i}",uuid="GPU-{node}-{i}",pci_bus_id="00000000:{i:02d}:00.0",device="nvidia{i}",'
+                  f'model_name="NVIDIA H100 80GB HBM3",hostname="{node}"')
+    else:
+        labels = (f'gpu="{i}",UUID="GPU-{node}-{i}",pci_bus_id="00000000:{i:02d}:00.0",device="nvidia{i}",'
+                  f'modelName="NVIDIA H100 80GB HBM3",Hostname="{node}"')
     if pod:
         labels += f',container="main",namespace="team-a",pod="{pod}"'
     return f"{family}{{{labels}{extra}}} {value}\n"
