@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
@@ -55,7 +55,6 @@ __all__ = [
     "RayResourceRequest",
     "RaySignalError",
     "RayStatus",
-    "dashboard_url",
     "fit_to_groups",
 ]
 
@@ -64,7 +63,6 @@ log = logging.getLogger(__name__)
 ERROR_KINDS = ("timeout", "connect", "http_status", "parse", "auth")
 MAX_BODY_BYTES = 64 * 2**20
 THREAD_PARSE_BYTES = 2**20  # larger answers are decoded and parsed off the event loop
-DEFAULT_DASHBOARD_PORT = 8265  # KubeRay's default ``dashboard`` endpoint
 
 _PENDING_TASKS = (
     "/api/v0/tasks?filter_keys=state&filter_predicates=%3D&filter_values=PENDING_NODE_ASSIGNMENT&detail=1"
@@ -287,23 +285,6 @@ class RayDashboardClient:
             resource_requests=text.requests,
             errors=_part_errors(errors, stale),
         )
-
-
-def dashboard_url(namespace: str, raycluster_status: Mapping[str, Any]) -> str | None:
-    """The head's dashboard URL from a RayCluster's ``status`` (KubeRay ``status.head`` and
-    ``status.endpoints.dashboard``, default 8265): the head Service's DNS name, else its IP,
-    else the head Pod's IP; None while KubeRay has not filled any of them."""
-    head = raycluster_status.get("head") or {}
-    endpoints = raycluster_status.get("endpoints") or {}
-    port = str(endpoints.get("dashboard") or DEFAULT_DASHBOARD_PORT)
-    if not port.isdigit():
-        return None
-    if head.get("serviceName"):
-        return f"http://{head['serviceName']}.{namespace}.svc:{port}"
-    host = head.get("serviceIP") or head.get("podIP")
-    if not host:
-        return None
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 # ------------------------------------------------------------------------------------ helpers

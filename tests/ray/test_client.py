@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from autoscaler.signals.ray_demand import ERROR_KINDS, RayDashboardClient, RaySignalError, dashboard_url
+from autoscaler.signals.ray_demand import ERROR_KINDS, RayDashboardClient, RaySignalError
 from tests.support.ports import free_port
 
 PARTS_V2 = {
@@ -317,25 +317,6 @@ async def test_stale_v1_report_is_not_trusted(serve, session, v2_answers, load):
     assert err.kind == "incomplete" and "600 s old" in err.message
 
 
-@pytest.mark.parametrize(
-    ("status", "url"),
-    [
-        (
-            {
-                "head": {"serviceName": "rc-head-svc", "serviceIP": "10.0.0.9"},
-                "endpoints": {"dashboard": "8265"},
-            },
-            "http://rc-head-svc.team-a.svc:8265",
-        ),
-        ({"head": {"serviceIP": "10.0.0.9"}, "endpoints": {"dashboard": "9000"}}, "http://10.0.0.9:9000"),
-        ({"head": {"podIP": "fd00::5"}}, "http://[fd00::5]:8265"),
-        ({"head": {}}, None),
-        ({}, None),
-        ({"head": {"podIP": "10.0.0.1"}, "endpoints": {"dashboard": "x"}}, None),
-    ],
-)
-def test_dashboard_url_from_raycluster_status(status, url):
-    assert dashboard_url("team-a", status) == url
 
 
 async def test_large_answer_parsed_off_the_loop(serve, session, v2_answers):
