@@ -221,6 +221,7 @@ class Controller:
         self._previous = snap
         if leader:
             for r in self.reconcilers:
+                await asyncio.sleep(0)  # between deciders, let watches, /metrics and the Lease renewal run
                 if self.leader is not None and not self.leader.holds():
                     break  # the Lease may have passed on while this pass ran: stop acting at once
                 t = time.perf_counter()

@@ -36,6 +36,7 @@ from autoscaler.snapshot import CHECK_READY, CHECK_RETRY, ClusterSnapshot
 log = logging.getLogger(__name__)
 
 MAX_DECISION_LINES = 50
+YIELD_EVERY = 500  # decisions accounted between two yields to the event loop
 
 
 def remember(ctx: ControllerContext, line: str) -> None:
@@ -80,7 +81,9 @@ class AdmissionReconciler:
         self.ledger, self.history = result.ledger, dict(result.history)
         outcomes = await asyncio.gather(*(self._write(d, now) for d in result.decisions))
         self.outcomes = list(zip(result.decisions, outcomes, strict=True))
-        for d, outcome in self.outcomes:
+        for i, (d, outcome) in enumerate(self.outcomes):
+            if i and i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a pass with many decisions must not hold the event loop
             self._account(d, outcome, now)
         self.ctx.published.reserved_gpus = self.ledger.promised_by_flavor()
 

@@ -16,24 +16,32 @@ Published: ``desired_replicas`` and ``idle_gpus`` per group, decision lines for 
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from autoscaler import reasons as R
 from autoscaler.act.events import EventSink, ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.raycluster_patch import patch_group
 from autoscaler.policy.config import scaling_defaults
-from autoscaler.policy.scaling import GroupDecision, GroupHistory, decide_scaling, pending_gpu_workloads
+from autoscaler.policy.scaling import (
+    GroupDecision,
+    GroupHistory,
+    decide_scaling,
+    pending_gpu_workloads,
+    ray_cluster_workloads,
+)
 from autoscaler.reconcile_admission import remember
 from autoscaler.reconciler import ControllerContext
-from autoscaler.snapshot import ClusterSnapshot, RayClusterState
+from autoscaler.snapshot import ClusterSnapshot, RayClusterState, WorkloadState
 
 log = logging.getLogger(__name__)
 
 _WARNING_REASONS = frozenset({R.RAY_SIGNAL_STALE, R.GPU_SIGNAL_STALE, R.NOT_SCALABLE_UNDER_KUEUE,
                               R.AT_MAX_REPLICAS, R.QUOTA_HEADROOM_LIMIT, R.INFEASIBLE_DEMAND})
 _QUIET_REASONS = frozenset({R.WITHIN_TARGET})
+YIELD_EVERY = 200  # clusters decided between two yields to the event loop
 
 
 class ScalingReconciler:
@@ -53,16 +61,19 @@ class ScalingReconciler:
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         self.outcomes = []
         seen = set()
-        waiting = None
-        for key in sorted(snapshot.ray_clusters):
+        shared: tuple[Sequence[tuple[float, WorkloadState]], Mapping[tuple[str, str], Sequence[WorkloadState]]] | None
+        shared = None
+        for i, key in enumerate(sorted(snapshot.ray_clusters)):
+            if i and i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let watches, /metrics and the Lease renewal run during a long pass
             rc = snapshot.ray_clusters[key]
             if not rc.opted_in:
                 continue
             seen.add(key)
-            if waiting is None:
-                waiting = pending_gpu_workloads(snapshot, now)
+            if shared is None:  # once per pass, for every cluster: who waits, and the workloads each cluster owns
+                shared = (pending_gpu_workloads(snapshot, now), ray_cluster_workloads(snapshot))
             try:
-                await self._cluster(rc, snapshot, now, waiting)
+                await self._cluster(rc, snapshot, now, *shared)
             except Exception:  # one bad cluster must not stop the others
                 log.exception("scaling %s failed", key)
                 self.ctx.counters.source_errors.labels(source="reconciler/scaling", kind="exception").inc()
@@ -75,9 +86,16 @@ class ScalingReconciler:
             self.ctx.published.idle_gpus.pop(gk, None)
             self._last.pop(gk, None)
 
-    async def _cluster(self, rc: RayClusterState, snapshot: ClusterSnapshot, now: float, waiting) -> None:
+    async def _cluster(
+        self,
+        rc: RayClusterState,
+        snapshot: ClusterSnapshot,
+        now: float,
+        waiting: Sequence[tuple[float, WorkloadState]],
+        owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
+    ) -> None:
         previous = self.history.get(rc.key, {})
-        result = decide_scaling(snapshot, rc, self.defaults, previous, now, waiting=waiting)
+        result = decide_scaling(snapshot, rc, self.defaults, previous, now, waiting=waiting, owned=owned)
         history = dict(result.history)
         ref = ObjectRef("ray.io/v1", "RayCluster", rc.namespace, rc.name, rc.uid)
         if result.warnings != self._warned.get(rc.key, ()):

@@ -1,13 +1,16 @@
-"""Controller at scale: RSS, time to initial sync, pass (snapshot build) time, /metrics render time and
-event -> metric latency with 50 000 Workloads, 2 000 RayClusters and 2 000 GPU nodes (16 000 GPUs).
+"""Controller at scale: RSS, time to initial sync, pass time (snapshot build and each decider), how long a
+pass holds the event loop (/healthz latency while passes run), /metrics render time and event -> metric
+latency with 50 000 Workloads, 2 000 RayClusters and 2 000 GPU nodes (16 000 GPUs).
 
 The cluster is served by the tests' fake API server (bulk-loaded through its store, no validation)
 and the GPU signal by a stub Prometheus HTTP API (16 000 GPUs, 4 families), both in this process;
 the controller runs as it is deployed, ``queuepilot controller`` in a subprocess (``--dry-run``,
-no leader election), so its RSS is its own.  Results are reported, not asserted.
+no leader election), so its RSS is its own: by default twice in turn against the same fake API
+server, once as the controller core alone (no deciders) and once with the admission and scaling
+reconcilers, so both columns come from one run.  Results are reported, not asserted.
 
     .venv/bin/python benchmarks/controller_bench.py [--workloads 50000] [--rayclusters 2000] [--nodes 2000]
-        [--out benchmarks/results/controller.md]
+        [--mode both|core|reconcilers|passes [--profile DIR]] [--settle 20] [--resync 5] [--out benchmarks/results/controller.md]
 """
 
 from __future__ import annotations
@@ -117,7 +120,160 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> tuple[float, str]:
     return time.perf_counter() - t, text
 
 
+async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, with_reconcilers: bool,
+                  tag: str) -> dict[str, str]:
+    """Start one controller subprocess against ``api``, measure it, stop it; the rows of one column."""
+    port = free_port()
+    if with_reconcilers:
+        entry = [sys.executable, "-m", "queuepilot", "controller"]
+    else:  # the controller core alone: no deciders (their cost is reported by their own benchmark)
+        entry = [sys.executable, "-c", "import sys, autoscaler.reconcilers as r; r.build_reconcilers = lambda ctx: []; "
+                 "from autoscaler.controller_cli import main; sys.exit(main(sys.argv[1:]))"]
+    cmd = [*entry, "--kubeconfig", str(api.kubeconfig_path),
+           "--listen", f"127.0.0.1:{port}", "--no-leader-elect", "--dry-run", "--log-level", "WARNING",
+           "--prometheus-url", f"http://127.0.0.1:{prom_port}", "--gpu-poll-seconds", "15",
+           "--resync-seconds", str(args.resync)]
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(*cmd, cwd=REPO, env={**os.environ, "KUBERNETES_SERVICE_HOST": ""})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+            while True:
+                try:
+                    async with s.get(f"{base}/readyz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                if proc.returncode is not None or time.perf_counter() - start > 150:
+                    raise RuntimeError("controller did not sync")
+                await asyncio.sleep(0.1)
+            sync_s = time.perf_counter() - start
+            rss_sync, _ = rss_mib(proc.pid)
+            # steady state: a GPU poll and several passes; /healthz is polled all along, so its worst
+            # latency is how long a pass (snapshot + deciders) held the controller's event loop
+            health: list[float] = []
+            t_end = time.perf_counter() + args.settle
+            while time.perf_counter() < t_end:
+                t = time.perf_counter()
+                async with s.get(f"{base}/healthz") as r:
+                    await r.read()
+                health.append(time.perf_counter() - t)
+                await asyncio.sleep(0.05)
+            renders = []
+            text = ""
+            for _ in range(5):
+                dt, text = await scrape(s, f"{base}/metrics")
+                renders.append(dt)
+            snap_sum, snap_n = hist(text, "queuepilot_reconcile_seconds", "snapshot")
+            loops = {loop: hist(text, "queuepilot_reconcile_seconds", loop) for loop in ("admission", "scaling")}
+            # event -> metric: a workload created in an otherwise empty LocalQueue shows up in /metrics
+            lq = f"lq-probe-{tag}"
+            api.create(o.local_queue(lq, "team-0", "cq-0"))
+            await asyncio.sleep(1.0)
+            latencies = []
+            for i in range(1, 6):
+                t = time.perf_counter()
+                api.load([o.workload(f"probe-{tag}-{i}", "team-0", lq, created=time.time())])
+                want = f'queuepilot_queue_pending_workloads{{cluster_queue="cq-0",local_queue="{lq}",namespace="team-0"}} {float(i)}'
+                while True:
+                    _, text = await scrape(s, f"{base}/metrics")
+                    if want in text:
+                        break
+                latencies.append(time.perf_counter() - t)
+            rss, hwm = rss_mib(proc.pid)
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+
+    health.sort()
+    rows = {
+        "start -> all caches synced (/readyz 200)": f"{sync_s:.1f} s",
+        "controller RSS after sync": f"{rss_sync:.0f} MiB",
+        "controller RSS at the end / peak (VmHWM)": f"{rss:.0f} MiB / {hwm:.0f} MiB",
+        "snapshot build per pass (mean)": f"{1000 * snap_sum / max(snap_n, 1):.0f} ms over {snap_n:.0f} passes",
+    }
+    for k, v in loops.items():
+        rows[f"reconciler `{k}` per pass (mean, dry-run)"] = (
+            f"{1000 * v[0] / max(v[1], 1):.0f} ms over {v[1]:.0f} passes" if v[1] else "not run")
+    rows["/healthz latency while passes run (median / p99 / max)"] = (
+        f"{1000 * statistics.median(health):.0f} / {1000 * health[int(0.99 * (len(health) - 1))]:.0f} / "
+        f"{1000 * health[-1]:.0f} ms ({len(health)} probes over {args.settle:.0f} s)")
+    rows["/metrics render (scrape latency, median of 5)"] = (f"{1000 * statistics.median(renders):.0f} ms, "
+                                                             f"{len(text.encode()) / 1024:.0f} KiB")
+    rows["event -> metric latency (median / max of 5)"] = (f"{statistics.median(latencies):.2f} s / "
+                                                           f"{max(latencies):.2f} s")
+    return rows
+
+
+_KINDS = {"Workload": "workloads", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues",
+          "ResourceFlavor": "resourceflavors", "AdmissionCheck": "admissionchecks", "RayCluster": "rayclusters",
+          "Node": "nodes", "Pod": "pods"}
+
+
+async def passes_in_process(args: argparse.Namespace) -> int:
+    """``--mode passes``: the same cluster parsed and built into one snapshot in this process, then
+    ``build_reconcilers(ctx)`` (no API client: dry-run) run ``--passes`` times on it, each reconciler
+    timed; ``--profile DIR`` writes a cProfile of each reconciler's first pass there.  The way to find
+    where a pass spends its time without the subprocess, the fake API server or the watches."""
+    import cProfile
+    import json
+    import pstats
+
+    from prometheus_client import CollectorRegistry
+
+    from autoscaler.controller import PARSERS
+    from autoscaler.counters import ControllerCounters
+    from autoscaler.reconciler import ControllerContext
+    from autoscaler.reconcilers import build_reconcilers
+    from autoscaler.signals.gpu import GpuReading, fold_series
+    from autoscaler.snapshot_builder import ClusterObjects, build_snapshot
+    from autoscaler.views import object_key
+
+    now = time.time()
+    views: dict[str, dict[str, Any]] = {k: {} for k in _KINDS.values()}
+    for obj in cluster(args.workloads, args.rayclusters, args.nodes, now):
+        kind = _KINDS.get(obj["kind"])
+        view = PARSERS[kind](obj) if kind else None
+        if view is not None:
+            views[kind][object_key(obj)] = view  # type: ignore[index]
+    series = [(family, r["metric"], float(r["value"][1]))
+              for family, body in prometheus_answers(args.nodes).items() for r in json.loads(body)["data"]["result"]]
+    objects = ClusterObjects(
+        workloads=views["workloads"], cluster_queues=views["clusterqueues"], local_queues=views["localqueues"],
+        flavors=views["resourceflavors"], admission_checks=views["admissionchecks"],
+        ray_clusters=views["rayclusters"], nodes=views["nodes"], pods=views["pods"])
+    t = time.perf_counter()
+    snap = build_snapshot(objects, GpuReading(fold_series(series), observed_at=now), {}, now)
+    print(f"snapshot build: {1000 * (time.perf_counter() - t):.0f} ms")
+    registry = CollectorRegistry()
+    ctx = ControllerContext(api_client=None, registry=registry, counters=ControllerCounters(registry), dry_run=True)
+    reconcilers = build_reconcilers(ctx)
+    for i in range(args.passes):
+        total = 0.0
+        for r in reconcilers:
+            prof = cProfile.Profile() if args.profile and i == 0 else None
+            t = time.perf_counter()
+            if prof is not None:
+                prof.enable()
+            await r.reconcile(snap, now + i)
+            if prof is not None:
+                prof.disable()
+            dt = time.perf_counter() - t
+            total += dt
+            print(f"pass {i}: {r.name} {1000 * dt:.0f} ms")
+            if prof is not None:
+                Path(args.profile).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (a benchmark, once)
+                prof.dump_stats(Path(args.profile) / f"{r.name}.prof")
+                pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        print(f"pass {i}: all deciders {1000 * total:.0f} ms")
+    return 0
+
+
 async def main(args: argparse.Namespace) -> int:
+    if args.mode == "passes":
+        return await passes_in_process(args)
     now = time.time()
     t0 = time.perf_counter()
     api = FakeApiServer(paths.crds_dir(), history_limit=400_000)
@@ -138,91 +294,38 @@ async def main(args: argparse.Namespace) -> int:
     prom_port = free_port()
     await web.TCPSite(runner, "127.0.0.1", prom_port).start()
 
-    port = free_port()
-    if args.with_reconcilers:
-        entry = [sys.executable, "-m", "queuepilot", "controller"]
-    else:  # the controller core alone: no deciders (their cost is reported by their own benchmark)
-        entry = [sys.executable, "-c", "import sys, autoscaler.reconcilers as r; r.build_reconcilers = lambda ctx: []; "
-                 "from autoscaler.controller_cli import main; sys.exit(main(sys.argv[1:]))"]
-    cmd = [*entry, "--kubeconfig", str(api.kubeconfig_path),
-           "--listen", f"127.0.0.1:{port}", "--no-leader-elect", "--dry-run", "--log-level", "WARNING",
-           "--prometheus-url", f"http://127.0.0.1:{prom_port}", "--gpu-poll-seconds", "15"]
-    start = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(*cmd, cwd=REPO, env={**os.environ, "KUBERNETES_SERVICE_HOST": ""})
-    base = f"http://127.0.0.1:{port}"
-    rows: list[tuple[str, str]] = []
+    modes = {"core": [False], "reconcilers": [True], "both": [False, True]}[args.mode]
+    columns: list[tuple[str, dict[str, str]]] = []
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
-            while True:
-                try:
-                    async with s.get(f"{base}/readyz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                if proc.returncode is not None or time.perf_counter() - start > 150:
-                    raise RuntimeError("controller did not sync")
-                await asyncio.sleep(0.1)
-            sync_s = time.perf_counter() - start
-            rss_sync, _ = rss_mib(proc.pid)
-            # steady state: wait for a GPU poll and a few passes
-            await asyncio.sleep(args.settle)
-            renders = []
-            text = ""
-            for _ in range(5):
-                dt, text = await scrape(s, f"{base}/metrics")
-                renders.append(dt)
-            snap_sum, snap_n = hist(text, "queuepilot_reconcile_seconds", "snapshot")
-            loops = {loop: hist(text, "queuepilot_reconcile_seconds", loop) for loop in ("admission", "scaling")}
-            # event -> metric: a workload created in an otherwise empty LocalQueue shows up in /metrics
-            api.create(o.local_queue("lq-probe", "team-0", "cq-0"))
-            await asyncio.sleep(1.0)
-            latencies = []
-            for i in range(1, 6):
-                t = time.perf_counter()
-                api.load([o.workload(f"probe-{i}", "team-0", "lq-probe", created=time.time())])
-                want = f'queuepilot_queue_pending_workloads{{cluster_queue="cq-0",local_queue="lq-probe",namespace="team-0"}} {float(i)}'
-                while True:
-                    _, text = await scrape(s, f"{base}/metrics")
-                    if want in text:
-                        break
-                latencies.append(time.perf_counter() - t)
-            rss, hwm = rss_mib(proc.pid)
+        for with_rec in modes:
+            name = "with the deciders (dry-run)" if with_rec else "controller core (no deciders)"
+            columns.append((name, await measure(args, api, prom_port, with_rec, "r" if with_rec else "c")))
     finally:
-        if proc.returncode is None:
-            proc.terminate()
-            await proc.wait()
         await runner.cleanup()
         await api.stop()
 
     n_pods = sum(1 for x in objs if x["kind"] == "Pod")
-    rows = [
+    common = [
         ("objects served", f"{args.workloads} Workloads, {args.rayclusters} RayClusters, {n_pods} pods, "
                            f"{args.nodes} nodes ({args.nodes * GPUS_PER_NODE} GPUs), {QUEUES} ClusterQueues"),
         ("fake API bulk load (bench process)", f"{load_s:.1f} s"),
-        ("start -> all caches synced (/readyz 200)", f"{sync_s:.1f} s"),
-        ("controller RSS after sync", f"{rss_sync:.0f} MiB"),
-        ("controller RSS at the end / peak (VmHWM)", f"{rss:.0f} MiB / {hwm:.0f} MiB"),
-        ("snapshot build per pass (mean)", f"{1000 * snap_sum / max(snap_n, 1):.0f} ms over {snap_n:.0f} passes"),
-        *((f"reconciler `{k}` per pass (mean, dry-run)", f"{1000 * v[0] / max(v[1], 1):.0f} ms over {v[1]:.0f} passes")
-          for k, v in loops.items() if v[1]),
-        ("/metrics render (scrape latency, median of 5)", f"{1000 * statistics.median(renders):.0f} ms, "
-                                                         f"{len(text.encode()) / 1024:.0f} KiB"),
-        ("event -> metric latency (median / max of 5)", f"{statistics.median(latencies):.2f} s / {max(latencies):.2f} s "
-                                                         "(includes one /metrics render per poll)"),
     ]
-    table = "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+    keys = list(dict.fromkeys(k for _, rows in columns for k in rows))
+    head = "| measure | " + " | ".join(n for n, _ in columns) + " |\n|---|" + "---|" * len(columns) + "\n"
+    lines = [f"| {k} | " + " | ".join(v for _ in columns) + " |" for k, v in common]
+    lines += [f"| {k} | " + " | ".join(rows.get(k, "") for _, rows in columns) + " |" for k in keys]
+    table = head + "\n".join(lines)
     cmdline = "python benchmarks/controller_bench.py " + " ".join(sys.argv[1:])
     report = (
         "# Controller benchmark\n\n"
         f"Command: `{cmdline.strip()}`  \n"
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs), Python "
         f"{platform.python_version()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n"
-        "The controller runs as a subprocess (`queuepilot controller --dry-run --no-leader-elect`"
-        + ("" if args.with_reconcilers else "; the deciders left out, so the numbers are the controller core's") +
-        ") against the "
-        "tests' fake API server and a stub Prometheus API serving the 16 000 GPUs' four series; RayClusters "
-        "have no head address yet, so no Ray dashboards are polled. Reported, not asserted.\n\n"
+        "Each column is one `queuepilot controller --dry-run --no-leader-elect` subprocess, started in turn "
+        f"(resync every {args.resync:g} s) against the same "
+        f"tests' fake API server and a stub Prometheus API serving the {args.nodes * GPUS_PER_NODE} GPUs' four series; RayClusters "
+        "have no head address yet, so no Ray dashboards are polled (every cluster's Ray signal is missing: "
+        "the scaler holds each group, `RaySignalStale`). Reported, not asserted.\n\n"
         + table + "\n"
     )
     print(report)
@@ -238,6 +341,12 @@ if __name__ == "__main__":
     p.add_argument("--nodes", type=int, default=2_000)
     p.add_argument("--settle", type=float, default=20.0, help="seconds of steady state before measuring")
     p.add_argument("--out", default="")
-    p.add_argument("--with-reconcilers", action="store_true",
-                   help="also run the admission and scaling reconcilers (dry-run) in each pass")
+    p.add_argument("--resync", type=float, default=5.0, help="controller --resync-seconds (passes while settling)")
+    p.add_argument("--mode", choices=("core", "reconcilers", "both", "passes"), default="both",
+                   help="controller core alone, with the deciders (dry-run), or both side by side (default); "
+                        "passes: time (and --profile) the deciders in this process on the same snapshot")
+    p.add_argument("--passes", type=int, default=3, help="--mode passes: passes to time")
+    p.add_argument("--profile", default="", help="--mode passes: write cProfile stats of the first pass to this folder")
+    p.add_argument("--with-reconcilers", dest="mode", action="store_const", const="reconcilers",
+                   help="same as --mode reconcilers")
     sys.exit(asyncio.run(main(p.parse_args())))

@@ -30,12 +30,12 @@ Per workload (GPU pod sets grouped by the flavor Kueue assigned to their ``nvidi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from autoscaler import reasons as R
 from autoscaler.policy.config import AdmissionConfig
 from autoscaler.policy.ledger import Ledger
-from autoscaler.policy.packing import Bin, capacity_bin, node_bin, pack, shape_of
+from autoscaler.policy.packing import FreeBins, capacity_bin, node_bin, shape_of
 from autoscaler.snapshot import (
     CHECK_PENDING,
     CHECK_READY,
@@ -150,15 +150,18 @@ def _decision(wl: WorkloadState, check: str, state: str | None, reason: str, mes
 
 class _Capacity:
     """Per-call working view of the flavors (nodes, hardware shape, free bins after promises), so
-    deciding N workloads on M nodes costs O(N x pods + M), not O(N x M) object construction."""
+    deciding N workloads on M nodes costs O(N x pods + M), not O(N x M): each flavor's free bins
+    are built once (``FreeBins``) and lowered in place by every promise."""
 
     def __init__(self, snapshot: ClusterSnapshot, ledger: Ledger, check_cpu_memory: bool) -> None:
         self.snapshot = snapshot
         self.promised = ledger.promised_by_node()
         self.check_cpu_memory = check_cpu_memory
         self._nodes: dict[str, tuple[NodeState, ...]] = {}
-        self._bins: dict[str, dict[str, Bin]] = {}
+        self._free: dict[str, FreeBins] = {}
+        self._promised_on: dict[str, int] = {}  # flavor -> GPUs promised on its nodes
         self._shape: dict[str, tuple[int, int]] = {}
+        self._largest: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
         self._unhealthy: dict[str, int] = {}
 
     def nodes(self, flavor: str) -> tuple[NodeState, ...]:
@@ -176,14 +179,24 @@ class _Capacity:
     def largest_for(self, flavor: str, selector: Mapping[str, str]) -> int:
         if not selector:
             return self.shape(flavor)[0]
-        return max((capacity_bin(n).gpus for n in self.nodes(flavor)
-                    if all(n.labels.get(k) == v for k, v in selector.items())), default=0)
+        key = (flavor, tuple(sorted(selector.items())))
+        if key not in self._largest:
+            self._largest[key] = max((capacity_bin(n).gpus for n in self.nodes(flavor)
+                                      if all(n.labels.get(k) == v for k, v in selector.items())), default=0)
+        return self._largest[key]
 
-    def bins(self, flavor: str) -> list[Bin]:
-        if flavor not in self._bins:
-            self._bins[flavor] = {n.name: node_bin(n, self.promised.get(n.name, 0), self.check_cpu_memory)
-                                  for n in self.nodes(flavor)}
-        return list(self._bins[flavor].values())
+    def free(self, flavor: str) -> FreeBins:
+        """The flavor's free, healthy, unpromised room (kept up to date by ``take``)."""
+        if flavor not in self._free:
+            nodes = {n.name: n for n in self.nodes(flavor)}
+            self._free[flavor] = FreeBins(node_bin(n, self.promised.get(name, 0), self.check_cpu_memory)
+                                          for name, n in nodes.items())
+            self._promised_on[flavor] = sum(self.promised.get(name, 0) for name in nodes)
+        return self._free[flavor]
+
+    def promised_on(self, flavor: str) -> int:
+        self.free(flavor)
+        return self._promised_on[flavor]
 
     def unhealthy(self, flavor: str) -> int:
         if flavor not in self._unhealthy:
@@ -195,10 +208,10 @@ class _Capacity:
         for nodes in reservation.values():
             for node, g in nodes.items():
                 self.promised[node] = self.promised.get(node, 0) + g
-                for bins in self._bins.values():
-                    b = bins.get(node)
-                    if b is not None:
-                        bins[node] = replace(b, gpus=max(0, b.gpus - g))
+                for flavor, free in self._free.items():
+                    if node in free:
+                        free.take(node, g)
+                        self._promised_on[flavor] += g
 
 
 def _decide(
@@ -276,13 +289,13 @@ def _decide(
     placement: dict[str, Mapping[str, int]] = {}
     for flavor in sorted(by_flavor):
         fsets = by_flavor[flavor]
-        bins = cap.bins(flavor)
-        result = pack([shape_of(ps, c) for ps, c, _ in fsets], bins)
+        room = cap.free(flavor)
+        result = room.pack([shape_of(ps, c) for ps, c, _ in fsets])
         if not result.fits:
-            blocks = sorted((b.gpus for b in bins if b.gpus > 0), reverse=True)
+            blocks = room.blocks()
             needed = sum(c * ps.gpus_per_pod for ps, c, _ in fsets)
             free = sum(blocks)
-            promised = sum(cap.promised.get(b.node, 0) for b in bins)
+            promised = cap.promised_on(flavor)
             detail = (f"needs {_needs(fsets)} on flavor {flavor}; largest free healthy blocks: {_blocks(blocks)} "
                       f"({free} free, {promised} promised, {cap.unhealthy(flavor)} unhealthy)")
             counts = {p.name: c for p, c, _ in fsets}
@@ -321,18 +334,28 @@ def decide_admissions(
             ledger = ledger.without(key)
     cap = _Capacity(snapshot, ledger, config.check_cpu_memory)
     todo = sorted((wl for wl in snapshot.workloads.values() if eligible(wl)), key=_order_key)
+    # new promises are added to the ledger in one go (``cap`` already counts them); a workload
+    # decided again in this pass (a second check of ours) first sees its own promise
+    promises: list = []
+    promised_keys: set[str] = set()
     for wl in todo:
         for check in our_pending_checks(wl, snapshot, config.controller_name):
+            if wl.key in promised_keys:
+                ledger, promises = ledger.reserve_all(promises, snapshot), []
+                promised_keys.clear()
             attempts = hist.get(wl.key, 0)
             d, reservation = _decide(wl, check, snapshot, ledger, attempts, config, cap)
             if d.state == CHECK_READY and reservation:
-                ledger = ledger.reserve(wl.key, wl.uid, reservation, snapshot, now, d.placement)
+                promises.append((wl.key, wl.uid, reservation, now, d.placement))
+                promised_keys.add(wl.key)
                 cap.take(reservation)
             if d.state == CHECK_RETRY:
                 hist[wl.key] = attempts + 1
             elif d.state in (CHECK_READY, CHECK_REJECTED):
                 hist.pop(wl.key, None)
             decisions.append(d)
+    if promises:
+        ledger = ledger.reserve_all(promises, snapshot)
     return AdmissionResult(decisions=tuple(decisions), ledger=ledger, history=frozen_map(hist))
 
 
@@ -353,17 +376,20 @@ def rebuild_ledger(snapshot: ClusterSnapshot, config: AdmissionConfig, now: floa
                     and now - c.last_transition_time <= config.reservation_timeout_seconds):
                 cands.append((c.last_transition_time, wl))
                 break
+    # one working view of the flavors' free bins, lowered as each promise is made (the same bins as
+    # re-reading the ledger's promises per candidate, without rebuilding every node's bin each time)
+    cap = _Capacity(snapshot, ledger, config.check_cpu_memory)
+    entries = []
     for t, wl in sorted(cands, key=lambda x: (x[0], x[1].key)):
-        promised = ledger.promised_by_node()
         by_flavor: dict[str, list[tuple[PodSetSpec, int]]] = {}
         for ps, count, flavor in _gpu_sets(wl):
             if flavor:
                 by_flavor.setdefault(flavor, []).append((ps, count))
         reservation: dict[str, Mapping[str, int]] = {}
         for flavor, fsets in by_flavor.items():
-            bins = [node_bin(n, promised.get(n.name, 0), config.check_cpu_memory) for n in snapshot.flavor_nodes(flavor)]
-            result = pack([shape_of(ps, c) for ps, c in fsets], bins)
+            result = cap.free(flavor).pack([shape_of(ps, c) for ps, c in fsets])
             reservation[flavor] = frozen_map(result.gpus_by_node())
         if reservation:
-            ledger = ledger.reserve(wl.key, wl.uid, reservation, snapshot, t)
-    return ledger
+            entries.append((wl.key, wl.uid, reservation, t, None))
+            cap.take(reservation)
+    return ledger.reserve_all(entries, snapshot)

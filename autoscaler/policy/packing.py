@@ -94,6 +94,103 @@ def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+class FreeBins:
+    """Free room on a set of nodes, kept in buckets by free GPUs (names sorted in each bucket), so
+    that many workloads can be packed one after another (``pack``), each promise lowering the
+    nodes' free GPUs (``take``), without rebuilding the buckets: a pack costs O(pods), not O(nodes).
+
+    Built from ``Bin``s as ``pack`` takes them (a node named twice: the last entry with free GPUs
+    wins; nodes without free GPUs are kept, for ``take``, but never chosen)."""
+
+    __slots__ = ("_buckets", "_free", "_labels")
+
+    def __init__(self, bins: Iterable[Bin]) -> None:
+        self._free: dict[str, list] = {}  # node -> [gpus, cpu | None, memory | None]
+        self._labels: dict[str, Mapping[str, str]] = {}
+        for b in bins:
+            if b.gpus > 0 or b.node not in self._free:
+                self._free[b.node] = [b.gpus, b.cpu, b.memory]
+                self._labels[b.node] = b.labels
+        self._buckets: dict[int, list[str]] = {}
+        for n in sorted(self._free):
+            if self._free[n][0] > 0:
+                self._buckets.setdefault(self._free[n][0], []).append(n)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._free
+
+    def blocks(self) -> list[int]:
+        """Free GPUs per node, largest first (nodes with none left out)."""
+        out: list[int] = []
+        for size in sorted(self._buckets, reverse=True):
+            out += [size] * len(self._buckets[size])
+        return out
+
+    def _set_gpus(self, node: str, gpus: int) -> None:
+        slot = self._free[node]
+        if slot[0] > 0:
+            self._buckets[slot[0]].remove(node)
+        slot[0] = gpus
+        if gpus > 0:
+            insort(self._buckets.setdefault(gpus, []), node)
+
+    def take(self, node: str, gpus: int) -> None:
+        """A promise of ``gpus`` on ``node``: its free GPUs drop (not below 0); CPU and memory stay."""
+        slot = self._free.get(node)
+        if slot is not None:
+            self._set_gpus(node, max(0, slot[0] - gpus))
+
+    def _best(self, s: PodShape) -> str | None:
+        for size in sorted(k for k, v in self._buckets.items() if k >= s.gpus and v):
+            for n in self._buckets[size]:
+                _g, c, m = self._free[n]
+                if c is not None and c < s.cpu:
+                    continue
+                if m is not None and m < s.memory:
+                    continue
+                if s.node_selector and not _selects(s.node_selector, self._labels[n]):
+                    continue
+                return n
+        return None
+
+    def pack(self, shapes: Iterable[PodShape]) -> PackResult:
+        """``pack(shapes, bins)`` on the current free room; the room is left as it was (a caller that
+        keeps the placement records it with ``take``)."""
+        pods = [s for s in shapes if s.gpus > 0 and s.count > 0]
+        pods.sort(key=lambda s: (-s.gpus, -s.cpu, -s.memory, s.pod_set))
+        if not pods:
+            return PackResult(placement=frozen_map(), unplaced=frozen_map())
+        placement: dict[str, dict[str, int]] = {}
+        unplaced: dict[str, int] = {}
+        undo: list[tuple[str, int, float | None, float | None]] = []
+        try:
+            for s in pods:
+                for i in range(s.count):
+                    best = self._best(s)
+                    if best is None:
+                        # nothing changed since this pod found no node: its identical siblings find none either
+                        unplaced[s.pod_set] = unplaced.get(s.pod_set, 0) + s.count - i
+                        break
+                    slot = self._free[best]
+                    undo.append((best, slot[0], slot[1], slot[2]))
+                    self._set_gpus(best, slot[0] - s.gpus)
+                    if slot[1] is not None:
+                        slot[1] -= s.cpu
+                    if slot[2] is not None:
+                        slot[2] -= s.memory
+                    ps = placement.setdefault(s.pod_set, {})
+                    ps[best] = ps.get(best, 0) + s.gpus
+        finally:
+            for node, g, c, m in reversed(undo):
+                self._set_gpus(node, g)
+                self._free[node][1] = c
+                self._free[node][2] = m
+        return PackResult(
+            placement=frozen_map({k: frozen_map(v) for k, v in placement.items()}),
+            unplaced=frozen_map(unplaced),
+        )
+
+
 def pack(shapes: Iterable[PodShape], bins: Sequence[Bin]) -> PackResult:
     """Place every GPU pod of ``shapes`` onto ``bins`` (best-fit decreasing); pure and deterministic.
 
@@ -101,56 +198,12 @@ def pack(shapes: Iterable[PodShape], bins: Sequence[Bin]) -> PackResult:
     its size upward and takes the first node that also fits its CPU, memory and node selector:
     the fewest GPUs left over, ties broken by node name.
     """
-    pods = [s for s in shapes if s.gpus > 0 and s.count > 0]
-    pods.sort(key=lambda s: (-s.gpus, -s.cpu, -s.memory, s.pod_set))
-    if not pods:
-        return PackResult(placement=frozen_map(), unplaced=frozen_map())
-    by_name = {b.node: b for b in bins if b.gpus > 0}
-    free = {n: [b.gpus, b.cpu, b.memory] for n, b in by_name.items()}
-    buckets: dict[int, list[str]] = {}
-    for n in sorted(by_name):
-        buckets.setdefault(by_name[n].gpus, []).append(n)
-    placement: dict[str, dict[str, int]] = {}
-    unplaced: dict[str, int] = {}
-    for s in pods:
-        for _ in range(s.count):
-            best: str | None = None
-            for size in sorted(k for k, v in buckets.items() if k >= s.gpus and v):
-                for n in buckets[size]:
-                    _g, c, m = free[n]
-                    if c is not None and c < s.cpu:
-                        continue
-                    if m is not None and m < s.memory:
-                        continue
-                    if s.node_selector and not _selects(s.node_selector, by_name[n].labels):
-                        continue
-                    best = n
-                    break
-                if best is not None:
-                    break
-            if best is None:
-                unplaced[s.pod_set] = unplaced.get(s.pod_set, 0) + 1
-                continue
-            slot = free[best]
-            buckets[slot[0]].remove(best)
-            slot[0] -= s.gpus
-            if slot[0] > 0:
-                insort(buckets.setdefault(slot[0], []), best)
-            if slot[1] is not None:
-                slot[1] -= s.cpu
-            if slot[2] is not None:
-                slot[2] -= s.memory
-            ps = placement.setdefault(s.pod_set, {})
-            ps[best] = ps.get(best, 0) + s.gpus
-    return PackResult(
-        placement=frozen_map({k: frozen_map(v) for k, v in placement.items()}),
-        unplaced=frozen_map(unplaced),
-    )
+    return FreeBins(bins).pack(shapes)
 
 
 def gpu_pod_sets(pod_sets: Sequence[PodSetSpec]) -> tuple[PodSetSpec, ...]:
     return tuple(ps for ps in pod_sets if ps.gpus_per_pod > 0)
 
 
-__all__ = ["GPU_RESOURCE", "Bin", "PackResult", "PodShape", "capacity_bin", "gpu_pod_sets", "node_bin",
+__all__ = ["GPU_RESOURCE", "Bin", "FreeBins", "PackResult", "PodShape", "capacity_bin", "gpu_pod_sets", "node_bin",
            "pack", "shape_of"]

@@ -41,8 +41,10 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Literal
 
 from autoscaler import reasons as R
@@ -70,6 +72,7 @@ __all__ = [
     "idle_workers",
     "pending_gpu_workloads",
     "queue_pressure",
+    "ray_cluster_workloads",
     "workers_needed",
 ]
 
@@ -201,13 +204,67 @@ def workers_needed(bundles: Sequence[tuple[Bundle, bool]], cap: Mapping[str, flo
 
 
 # ---------------------------------------------------------------------------------------- pressure
+class _Group:
+    """The waiting workloads of one ClusterQueue (or namespace), in the global order."""
+
+    __slots__ = ("cum_gpus", "neg_waits")
+
+    def __init__(self) -> None:
+        self.neg_waits: list[float] = []  # -wait, ascending
+        self.cum_gpus: list[int] = [0]  # cum_gpus[i]: GPUs of the first i
+
+    def add(self, wait: float, gpus: int) -> None:
+        self.neg_waits.append(-wait)
+        self.cum_gpus.append(self.cum_gpus[-1] + gpus)
+
+    def longer_than(self, wait_seconds: float) -> tuple[int, int]:
+        """(workloads, GPUs) of this group waiting longer than ``wait_seconds``."""
+        n = bisect_left(self.neg_waits, -wait_seconds)
+        return n, self.cum_gpus[n]
+
+
+class _PressureIndex:
+    """Answers ``queue_pressure`` for any cluster in O(log n): prefix sums over the waiting list
+    (longest wait first), overall and per ClusterQueue and per namespace, and for each of the two
+    groupings the first workload that is not in the first workload's group."""
+
+    __slots__ = ("all", "by_cq", "by_ns", "first_other_cq", "first_other_ns")
+
+    def __init__(self, waiting: Sequence[tuple[float, WorkloadState]]) -> None:
+        self.all = _Group()
+        self.by_cq: dict[str | None, _Group] = {}
+        self.by_ns: dict[str, _Group] = {}
+        self.first_other_cq: int | None = None
+        self.first_other_ns: int | None = None
+        first = waiting[0][1] if waiting else None
+        for i, (wait, wl) in enumerate(waiting):
+            gpus = wl.gpu_demand
+            self.all.add(wait, gpus)
+            self.by_cq.setdefault(wl.cluster_queue, _Group()).add(wait, gpus)
+            self.by_ns.setdefault(wl.namespace, _Group()).add(wait, gpus)
+            if self.first_other_cq is None and wl.cluster_queue != first.cluster_queue:  # type: ignore[union-attr]
+                self.first_other_cq = i
+            if self.first_other_ns is None and wl.namespace != first.namespace:  # type: ignore[union-attr]
+                self.first_other_ns = i
+
+
+class WaitingWorkloads(tuple):
+    """What ``pending_gpu_workloads`` returns: a tuple of (wait, workload), longest wait first, that
+    also carries an index (built on first use) so that ``queue_pressure`` for N clusters costs
+    O(n + N log n) instead of O(N x n)."""
+
+    @cached_property
+    def pressure_index(self) -> _PressureIndex:
+        return _PressureIndex(self)
+
+
 def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float) -> tuple[tuple[float, WorkloadState], ...]:
     """(wait, workload) of every pending GPU workload without quota, longest wait first; compute it
     once per snapshot and pass it to ``decide_scaling(..., waiting=)`` when deciding many clusters."""
     out = [(now - wl.queued_since, wl) for wl in snapshot.workloads.values()
            if wl.pending and not wl.quota_reserved and wl.gpu_demand > 0]
     out.sort(key=lambda x: (-x[0], x[1].key))
-    return tuple(out)
+    return WaitingWorkloads(out)
 
 
 def queue_pressure(
@@ -218,23 +275,31 @@ def queue_pressure(
     waiting: Sequence[tuple[float, WorkloadState]] | None = None,
 ) -> str:
     """A description of other teams waiting (GPU workloads of other ClusterQueues pending longer than
-    ``wait_seconds``), or "" when nobody waits."""
+    ``wait_seconds``), or "" when nobody waits.  ``waiting`` must be sorted longest wait first (as
+    ``pending_gpu_workloads`` returns it)."""
     if waiting is None:
         waiting = pending_gpu_workloads(snapshot, now)
-    others = []
-    for age, wl in waiting:
-        if age <= wait_seconds:
-            break  # sorted by wait, longest first
-        if cluster.cluster_queue is not None and wl.cluster_queue == cluster.cluster_queue:
-            continue
-        if wl.namespace == cluster.namespace and cluster.cluster_queue is None:
-            continue
-        others.append((age, wl))
-    if not others:
+    if not waiting:
         return ""
-    age, oldest = others[0]
-    gpus = sum(w.gpu_demand for _, w in others)
-    return (f"{len(others)} workload(s) of other queues wait for {gpus} GPUs "
+    index = waiting.pressure_index if isinstance(waiting, WaitingWorkloads) else _PressureIndex(waiting)
+    # others = the waiting workloads past the threshold that are not in the cluster's own group:
+    # its ClusterQueue, or (a cluster outside Kueue) its namespace
+    if cluster.cluster_queue is not None:
+        own, first_own = index.by_cq.get(cluster.cluster_queue), waiting[0][1].cluster_queue == cluster.cluster_queue
+        first_other = index.first_other_cq
+    else:
+        own, first_own = index.by_ns.get(cluster.namespace), waiting[0][1].namespace == cluster.namespace
+        first_other = index.first_other_ns
+    count, gpus = index.all.longer_than(wait_seconds)
+    if own is not None:
+        own_count, own_gpus = own.longer_than(wait_seconds)
+        count, gpus = count - own_count, gpus - own_gpus
+    if count <= 0:
+        return ""
+    # the oldest other: the first in the list unless that one is the cluster's own (then the first
+    # of another group, which lies inside the threshold because count > 0)
+    age, oldest = waiting[first_other if first_own else 0]
+    return (f"{count} workload(s) of other queues wait for {gpus} GPUs "
             f"(oldest {oldest.key} in {oldest.cluster_queue}, {age / 60:.0f}m)")
 
 
@@ -295,7 +360,22 @@ def _utilization_floor(group: WorkerGroupState, policy: ScalingDefaults, current
 
 
 # ------------------------------------------------------------------------------------------ headroom
-def _headroom_replicas(snapshot: ClusterSnapshot, cluster: RayClusterState, group: WorkerGroupState) -> tuple[int | None, str]:
+def ray_cluster_workloads(snapshot: ClusterSnapshot) -> Mapping[tuple[str, str], tuple[WorkloadState, ...]]:
+    """(namespace, RayCluster name) -> the Workloads it owns, in snapshot order; build it once per
+    snapshot and pass it to ``decide_scaling(..., owned=)`` when deciding many clusters."""
+    out: dict[tuple[str, str], list[WorkloadState]] = {}
+    for wl in snapshot.workloads.values():
+        if wl.owner_kind == "RayCluster":
+            out.setdefault((wl.namespace, wl.owner_name), []).append(wl)
+    return frozen_map({k: tuple(v) for k, v in out.items()})
+
+
+def _headroom_replicas(
+    snapshot: ClusterSnapshot,
+    cluster: RayClusterState,
+    group: WorkerGroupState,
+    owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
+) -> tuple[int | None, str]:
     """Most replicas the ClusterQueue can still admit for this group (None: unlimited), and why."""
     if not cluster.kueue_managed or group.gpus_per_worker <= 0:
         return None, ""
@@ -303,9 +383,10 @@ def _headroom_replicas(snapshot: ClusterSnapshot, cluster: RayClusterState, grou
     if cq is None:
         return 0, f"ClusterQueue of queue {cluster.queue_name!r} unknown"
     flavor = None
-    for wl in snapshot.workloads.values():
-        if wl.namespace == cluster.namespace and wl.owner_kind == "RayCluster" and wl.owner_name == cluster.name:
-            flavor = wl.flavors.get(group.name.lower(), {}).get(GPU_RESOURCE) or flavor
+    if owned is None:
+        owned = ray_cluster_workloads(snapshot)
+    for wl in owned.get((cluster.namespace, cluster.name), ()):
+        flavor = wl.flavors.get(group.name.lower(), {}).get(GPU_RESOURCE) or flavor
     flavors = [flavor] if flavor else sorted(cq.nominal_gpus)
     headroom = sum(cq.headroom_gpus(f) for f in flavors)
     per_replica = group.gpus_per_worker * max(1, group.num_of_hosts)
@@ -333,6 +414,7 @@ def _decide_group(
     infeasible_demand: tuple[str, ...],
     pressure: str,
     now: float,
+    owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
 ) -> tuple[GroupDecision, GroupHistory]:
     current, lo, hi = group.replicas, group.min_replicas, group.max_replicas
     gpu_group = group.gpus_per_worker > 0
@@ -420,7 +502,7 @@ def _decide_group(
 
     # quota headroom (Kueue elastic): never ask for more than the ClusterQueue can admit
     if raw > current:
-        room, why = _headroom_replicas(snapshot, cluster, group)
+        room, why = _headroom_replicas(snapshot, cluster, group, owned)
         if room is not None and raw > current + room:
             infeasible.append(f"{raw - current - room} replica(s) wanted beyond quota headroom ({why})")
             raw = current + room
@@ -459,7 +541,7 @@ def _decide_group(
     target_max = h.user_max if h.user_max is not None else hi
     if final < current:
         target_max = final
-    room, why = _headroom_replicas(snapshot, cluster, group)
+    room, why = _headroom_replicas(snapshot, cluster, group, owned)
     if room is not None:
         target_max = min(target_max, current + room)
     target_max = max(target_max, lo)
@@ -485,12 +567,14 @@ def decide_scaling(
     now: float,
     *,
     waiting: Sequence[tuple[float, WorkloadState]] | None = None,
+    owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
 ) -> ScalingResult:
     """One decision per worker group of an opted-in RayCluster (none otherwise); pure, deterministic.
 
     ``history`` maps group name -> ``GroupHistory`` from the previous pass (empty at first); the
     returned history replaces it (groups no longer present are dropped).  ``waiting``: the result
-    of ``pending_gpu_workloads(snapshot, now)``, to share between clusters (computed when None).
+    of ``pending_gpu_workloads(snapshot, now)``, and ``owned``: the result of
+    ``ray_cluster_workloads(snapshot)``, to share between clusters (computed when None).
     """
     if not cluster.opted_in:
         return ScalingResult(decisions=(), history=frozen_map(), warnings=())
@@ -504,7 +588,7 @@ def decide_scaling(
         mine = tuple(infeasible.get(group.name, ())) + (tuple(infeasible.get(None, ())) if group is cluster.groups[0]
                                                         else ())
         d, h = _decide_group(snapshot, cluster, group, policy, history.get(group.name, GroupHistory()),
-                             demand.get(group.name, []), mine, pressure, now)
+                             demand.get(group.name, []), mine, pressure, now, owned)
         decisions.append(d)
         new_hist[group.name] = h
     return ScalingResult(decisions=tuple(decisions), history=frozen_map(new_hist), warnings=warnings)
