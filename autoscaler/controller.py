@@ -242,7 +242,10 @@ class Controller:
         while iterations is None or i < iterations:
             i += 1
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.config.resync_seconds)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+                # races with the timeout, and shutdown would then wait out a whole resync period.
+                async with asyncio.timeout(self.config.resync_seconds):
+                    await self._wake.wait()
                 await asyncio.sleep(self.config.debounce_seconds)
             except TimeoutError:
                 pass
