@@ -176,10 +176,10 @@ def alerts(c: AlertConfig) -> list[Alert]:
         # --- queues -------------------------------------------------------------------------------
         Alert(
             "QueuePilotPendingWorkloadTooOld", "warning",
-            f"max by (cluster_queue, local_queue) ({cm.QUEUE_OLDEST_PENDING.name}) > {n(c.pending_slo_seconds)}",
+            f"max by (cluster_queue, namespace, local_queue) ({cm.QUEUE_OLDEST_PENDING.name}) > {n(c.pending_slo_seconds)}",
             "15m",
             "A workload has been pending longer than the queue's wait objective.",
-            "The oldest pending workload in LocalQueue {{ $labels.local_queue }} (ClusterQueue "
+            "The oldest pending workload in LocalQueue {{ $labels.namespace }}/{{ $labels.local_queue }} (ClusterQueue "
             "{{ $labels.cluster_queue }}) has waited {{ humanizeDuration $value }}, above the objective of "
             f"{n(c.pending_slo_seconds)} s.",
             "queuepilot-queues",

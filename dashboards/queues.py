@@ -32,8 +32,8 @@ def build():
             "Workloads waiting for quota or for admission checks, per LocalQueue (queuepilot's count).",
             "none",
             c.targets((
-                f"sum by (cluster_queue, local_queue) ({cm.QUEUE_PENDING_WORKLOADS.name}{{{Q}}})",
-                "{{cluster_queue}} / {{local_queue}}",
+                f"sum by (cluster_queue, namespace, local_queue) ({cm.QUEUE_PENDING_WORKLOADS.name}{{{Q}}})",
+                "{{cluster_queue}} / {{namespace}}/{{local_queue}}",
             )),
             stacked=True,
         ), 12, 8),
@@ -50,8 +50,8 @@ def build():
             "Kueue records wait only at admission, so a stuck workload is visible only here.",
             "s",
             c.targets((
-                f"max by (cluster_queue, local_queue) ({cm.QUEUE_OLDEST_PENDING.name}{{{Q}}})",
-                "{{cluster_queue}} / {{local_queue}}",
+                f"max by (cluster_queue, namespace, local_queue) ({cm.QUEUE_OLDEST_PENDING.name}{{{Q}}})",
+                "{{cluster_queue}} / {{namespace}}/{{local_queue}}",
             )),
         ), 12, 8),
         (c.timeseries(
