@@ -1,0 +1,116 @@
+"""Plots and timelines of simulation runs (matplotlib, Agg backend: no display needed).
+
+``write_outputs(dir, engines)`` writes ``timeline-<policy>.csv`` and three PNGs: ``wait_cdf.png``
+(queue wait CDF per policy), ``idle_gpu_hours.png`` (idle-but-allocated GPU-hours per policy) and
+``timeline.png`` (queue length, allocated and used GPUs over time, per policy).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_timelines(out: Path, engines: Mapping[str, Any]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, e in engines.items():
+        p = out / f"timeline-{name}.csv"
+        with p.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["t_s", "queue_length", "allocated_gpus", "used_gpus", "pending_gpus"])
+            w.writerows(e.metrics.timeline)
+        paths.append(p)
+    return paths
+
+
+def plot_wait_cdf(path: Path, engines: Mapping[str, Any]) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, e in engines.items():
+        w = np.sort(np.asarray(e.metrics.waits, dtype=float))
+        if not w.size:
+            continue
+        y = np.arange(1, w.size + 1) / w.size
+        ax.plot(np.maximum(w, 1.0), y, label=name, linewidth=1.4)
+    ax.set_xscale("log")
+    ax.set_xlabel("queue wait (s, log; 0 shown at 1 s)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("Queue wait CDF (submission -> start)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_idle(path: Path, engines: Mapping[str, Any]) -> None:
+    plt = _plt()
+    names = list(engines)
+    idle = [e.metrics.idle_gpu_s / 3600 for e in engines.values()]
+    alloc = [e.metrics.allocated_gpu_s / 3600 for e in engines.values()]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    x = np.arange(len(names))
+    ax.bar(x - 0.2, alloc, 0.4, label="allocated GPU-hours", color="#9ecae1")
+    ax.bar(x + 0.2, idle, 0.4, label="idle-but-allocated GPU-hours (<5 % util)", color="#de2d26")
+    ax.set_xticks(x, names, rotation=20)
+    ax.set_ylabel("GPU-hours")
+    ax.set_title("Allocated and idle-but-allocated GPU-hours by policy")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_timeline(path: Path, engines: Mapping[str, Any], total_gpus: int | None = None) -> None:
+    plt = _plt()
+    n = len(engines)
+    fig, axes = plt.subplots(n, 1, figsize=(10, 2.2 * n + 0.6), sharex=True, squeeze=False)
+    for ax, (name, e) in zip(axes[:, 0], engines.items(), strict=True):
+        tl = np.asarray(e.metrics.timeline, dtype=float)
+        if not tl.size:
+            continue
+        hours = tl[:, 0] / 3600
+        ax.plot(hours, tl[:, 2], label="allocated GPUs", color="#3182bd", linewidth=0.9)
+        ax.plot(hours, tl[:, 3], label="used GPUs (sum of util)", color="#31a354", linewidth=0.9)
+        if total_gpus:
+            ax.axhline(total_gpus, color="grey", linewidth=0.6, linestyle=":")
+        ax2 = ax.twinx()
+        ax2.plot(hours, tl[:, 1], label="queue length (jobs)", color="#e6550d", linewidth=0.7, alpha=0.8)
+        ax2.set_ylabel("queued", fontsize=8)
+        ax.set_ylabel("GPUs", fontsize=8)
+        ax.set_title(name, fontsize=9, loc="left")
+        if ax is axes[0, 0]:
+            h1, l1 = ax.get_legend_handles_labels()
+            h2, l2 = ax2.get_legend_handles_labels()
+            ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("simulated hours")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_outputs(out: Path, engines: Mapping[str, Any]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = write_timelines(out, engines)
+    total = next((e.cluster.total_gpus for e in engines.values()), None)
+    for fname, fn in (("wait_cdf.png", plot_wait_cdf), ("idle_gpu_hours.png", plot_idle)):
+        fn(out / fname, engines)
+        paths.append(out / fname)
+    plot_timeline(out / "timeline.png", engines, total)
+    paths.append(out / "timeline.png")
+    return paths

@@ -1,0 +1,206 @@
+"""Workloads for the simulator: the Philly trace (window, VC -> team mapping) and a synthetic generator.
+
+Every job becomes one of two things (docs/simulation.md, "Workload model"):
+
+- a **Ray task** on its team's long-lived RayCluster when it asks for 1 GPU (93 % of Philly jobs):
+  it runs for the trace's duration at a busy utilization level, then its actor lingers, holding the
+  worker's GPU at 0 % for an *idle tail* (notebooks, idle actors: the "allocated is not used" case);
+- a **RayJob** (an ephemeral RayCluster, one Kueue Workload) when it asks for 2 or more GPUs: pods of
+  at most 8 GPUs each; its GPUs are idle in about a third of 5-minute segments.
+
+Statistics (research-traces.md section 3): GPU-count mix and per-size log-normal durations from
+Philly (3.1, 3.2), diurnal/weekly batched Poisson arrivals (3.4), utilization mixture with about a
+third of samples at 0 % and a Philly-like median (3.5; non-zero part Beta(1.0, 0.45)).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+TASK = "task"
+RAYJOB = "rayjob"
+
+# Philly virtual cluster (hashed id) -> team.  The four VCs with most jobs get a team each; the long
+# tail of smaller VCs shares one team.  Stated in docs/simulation.md.
+VC_TEAMS: dict[str, str] = {
+    "6214e9": "team-a",
+    "6c71a0": "team-b",
+    "b436b2": "team-c",
+    "11cb48": "team-d",
+}
+OTHER_TEAM = "team-e"
+TEAMS: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
+
+SEGMENT_S = 300.0  # utilization profile segment of a RayJob
+RAYJOB_IDLE_SHARE = 1 / 3  # share of a RayJob's segments at 0 % (research-traces.md 3.5)
+TAIL_MEAN_FACTOR = 0.5  # idle tail mean = factor x busy duration (tail/(busy+tail) ~ 1/3)
+TAIL_MAX_S = 4 * 3600.0
+MAX_GPUS_PER_POD = 8
+
+
+def team_of(vc: str) -> str:
+    return VC_TEAMS.get(vc, OTHER_TEAM)
+
+
+@dataclass(slots=True)
+class Job:
+    """One trace job. ``submit`` is seconds since the window start; ``duration`` is busy run time."""
+
+    id: int
+    team: str
+    submit: float
+    duration: float
+    gpus: int
+    util: float  # busy utilization level 0-1
+    idle_tail: float = 0.0  # Ray task: seconds its actor holds the GPU idle after the work
+
+    @property
+    def kind(self) -> str:
+        return TASK if self.gpus == 1 else RAYJOB
+
+    @property
+    def pods(self) -> int:
+        return max(1, math.ceil(self.gpus / MAX_GPUS_PER_POD))
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return max(1, math.ceil(self.gpus / self.pods))
+
+    def util_at(self, t_running: float) -> float:
+        """RayJob GPU utilization ``t_running`` seconds into its run (deterministic, seeded by id)."""
+        seg = int(t_running // SEGMENT_S)
+        h = ((self.id * 2654435761) ^ (seg * 40503 + 0x9E3779B9)) & 0xFFFFFFFF
+        h = (h * 2246822519) & 0xFFFFFFFF
+        return 0.0 if (h / 4294967296.0) < RAYJOB_IDLE_SHARE else self.util
+
+
+def draw_util(rng: random.Random) -> float:
+    """Busy utilization level: Beta(1.0, 0.45) -- with the idle share gives Philly's median ~0.5."""
+    return min(1.0, max(0.05, rng.betavariate(1.0, 0.45)))
+
+
+def draw_tail(rng: random.Random, duration: float) -> float:
+    return min(TAIL_MAX_S, rng.expovariate(1.0 / max(1.0, TAIL_MEAN_FACTOR * duration)))
+
+
+# --------------------------------------------------------------------------------------- Philly
+@dataclass(frozen=True, slots=True)
+class TraceWindow:
+    jobs: tuple[Job, ...]
+    start: datetime
+    hours: float
+    dropped_too_large: int  # jobs asking more GPUs than the simulated cluster has
+
+
+def parse_start(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def load_philly(path: Path, start: datetime, hours: float, seed: int, max_gpus: int) -> TraceWindow:
+    """Jobs of ``philly.csv`` submitted in [start, start + hours), sorted by submit time."""
+    end = start + timedelta(hours=hours)
+    rows: list[tuple[datetime, float, int, str]] = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"timestamp", "duration", "num_gpus", "cluster"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: not a Philly trace CSV, missing columns {sorted(missing)}")
+        for lineno, r in enumerate(reader, start=2):
+            try:
+                ts = datetime.fromisoformat(r["timestamp"])
+                dur = float(r["duration"])
+                gpus = int(float(r["num_gpus"]))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{path}:{lineno}: bad row {r!r}: {e}") from e
+            if start <= ts < end and gpus > 0 and dur > 0:
+                rows.append((ts, dur, gpus, r["cluster"]))
+    rows.sort(key=lambda x: (x[0], x[3], x[1], x[2]))
+    rng = random.Random(seed)
+    jobs: list[Job] = []
+    dropped = 0
+    for ts, dur, gpus, vc in rows:
+        util = draw_util(rng)
+        tail = draw_tail(rng, dur)
+        if gpus > max_gpus:
+            dropped += 1
+            continue
+        jobs.append(Job(len(jobs), team_of(vc), (ts - start).total_seconds(), dur, gpus, util,
+                        tail if gpus == 1 else 0.0))
+    return TraceWindow(tuple(jobs), start, hours, dropped)
+
+
+# ------------------------------------------------------------------------------------ synthetic
+# Philly GPU-count mix (% of jobs, research-traces.md section 2), the rare sizes folded in.
+GPU_MIX: tuple[tuple[int, float], ...] = ((1, 93.17), (2, 2.21), (4, 2.27), (8, 2.00), (16, 0.25), (32, 0.10))
+# Per-size log-normal durations (median s, sigma of ln), research-traces.md section 2.
+DURATION_LOGNORMAL: dict[int, tuple[float, float]] = {
+    1: (1117.0, 1.97), 2: (367.0, 3.80), 4: (367.0, 3.80), 8: (23683.0, 2.79), 16: (21137.0, 3.21),
+    32: (21137.0, 3.21),
+}
+MAX_DURATION_S = 7 * 86400.0
+# Hour-of-day multiplier (peak/trough ~2.6; trough 02:00-09:00, peaks 10-11 and 14-17, section 3.4)
+HOURLY: tuple[float, ...] = (
+    0.9, 0.7, 0.5, 0.45, 0.45, 0.45, 0.5, 0.55, 0.7, 0.9, 1.15, 1.2,
+    1.0, 1.05, 1.15, 1.2, 1.2, 1.15, 1.05, 1.0, 0.95, 0.95, 0.95, 0.9,
+)
+WEEKEND_FACTOR = 0.5
+BATCH_MEAN = 4.0  # geometric batch size (sweeps), CV >> 1
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticParams:
+    jobs_per_hour: float = 40.0  # mean over the week
+    teams: tuple[str, ...] = TEAMS
+    team_weights: tuple[float, ...] = (0.45, 0.2, 0.15, 0.1, 0.1)
+    gpu_mix: tuple[tuple[int, float], ...] = GPU_MIX  # (GPUs per job, weight)
+
+
+def synthetic(hours: float, seed: int, max_gpus: int, params: SyntheticParams | None = None) -> TraceWindow:
+    """A non-homogeneous Poisson process over batches (thinning), each batch one team and size."""
+    p = params or SyntheticParams()
+    rng = random.Random(seed)
+    mean_mult = sum(HOURLY) / 24 * (5 + 2 * WEEKEND_FACTOR) / 7
+    peak_batch_rate = p.jobs_per_hour / BATCH_MEAN / mean_mult * max(HOURLY) / 3600.0
+    sizes = [s for s, _ in p.gpu_mix if s <= max_gpus]
+    weights = [w for s, w in p.gpu_mix if s <= max_gpus]
+    jobs: list[Job] = []
+    t = 0.0
+    horizon = hours * 3600.0
+    while True:
+        t += rng.expovariate(peak_batch_rate)
+        if t >= horizon:
+            break
+        hour = int(t // 3600) % 24
+        day = int(t // 86400) % 7
+        rate_mult = HOURLY[hour] * (WEEKEND_FACTOR if day >= 5 else 1.0)
+        if rng.random() > rate_mult / max(HOURLY):
+            continue
+        team = rng.choices(p.teams, p.team_weights)[0]
+        gpus = rng.choices(sizes, weights)[0]
+        n = 1
+        while rng.random() > 1.0 / BATCH_MEAN:
+            n += 1
+        for k in range(n):
+            med, sigma = DURATION_LOGNORMAL[gpus]
+            dur = min(MAX_DURATION_S, max(1.0, rng.lognormvariate(math.log(med), sigma)))
+            util = draw_util(rng)
+            tail = draw_tail(rng, dur) if gpus == 1 else 0.0
+            jobs.append(Job(len(jobs), team, t + 2.0 * k, round(dur, 1), gpus, util, tail))
+    return TraceWindow(tuple(jobs), datetime(2024, 1, 1), hours, 0)
+
+
+def team_gpu_shares(jobs: Iterable[Job], teams: tuple[str, ...] = TEAMS) -> dict[str, float]:
+    """Each team's share of the window's GPU-time (sets nominal quotas); every team gets at least 2 %."""
+    total = dict.fromkeys(teams, 0.0)
+    for j in jobs:
+        total[j.team] = total.get(j.team, 0.0) + j.gpus * (j.duration + j.idle_tail)
+    s = sum(total.values()) or 1.0
+    raw = {t: max(0.02, v / s) for t, v in total.items()}
+    norm = sum(raw.values())
+    return {t: v / norm for t, v in raw.items()}

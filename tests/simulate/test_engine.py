@@ -1,0 +1,111 @@
+"""Simulator invariants and Kueue semantics on small runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.sim_cluster import SimCluster
+from autoscaler.sim_kueue import RESERVED, SimClusterQueue, SimKueue, SimWorkload
+from autoscaler.sim_workload import Job, SyntheticParams, synthetic
+from autoscaler.simulate import POLICIES, Engine, SimConfig
+
+TEAMS = ("team-a", "team-b", "team-c")
+
+
+def _small_jobs(hours: float = 12.0, seed: int = 3):
+    params = SyntheticParams(jobs_per_hour=14.0, teams=TEAMS, team_weights=(0.5, 0.3, 0.2))
+    return synthetic(hours, seed, 48, params).jobs
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_invariants_hold_every_tick(policy):
+    """GPUs conserved, nothing runs unadmitted, quota within nominal + borrowing: checked each tick."""
+    jobs = _small_jobs()
+    cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.5, repair_mean_s=3600.0, check_invariants=True, seed=2)
+    e = Engine(jobs, 12 * 3600.0, policy, cfg)
+    m = e.run()
+    e.check_invariants()
+    assert m.jobs_submitted == len([j for j in jobs if j.submit < 12 * 3600])
+    assert m.gpu_failures > 0  # the failure path was exercised
+    assert 0 < m.jobs_completed <= m.jobs_submitted
+    assert 0.0 < m.used_gpu_s <= m.allocated_gpu_s
+    # every submitted job either started (one wait each) or still waits at the end (censored wait)
+    started_or_waiting = len(m.waits)
+    assert started_or_waiting >= m.jobs_completed
+
+
+def test_cluster_place_is_all_or_nothing():
+    c = SimCluster({"a100": 2}, 8)
+    assert c.place("a100", [("ns/p0", 8), ("ns/p1", 6)])
+    assert not c.place("a100", [("ns/q0", 2), ("ns/q1", 2)])  # 2 free in all: the gang does not fit
+    assert c.allocated_gpus() == 14
+    c.fail(c.nodes[1], 7)  # the last free GPU goes bad
+    assert c.free_gpus("a100") == 1 and not c.fits("a100", [2])
+    c.release("ns/p0")
+    assert c.free_blocks("a100") == [8, 1]
+    c.check()
+
+
+def _wl(job_id: int, gpus: int, cq: str, t: float) -> SimWorkload:
+    return SimWorkload(Job(job_id, cq, t, 100.0, gpus, 0.5), cq, created=t, queue_ts=t)
+
+
+def test_borrowing_within_cohort_and_limit():
+    k = SimKueue([SimClusterQueue("a", "c", {"f": 4.0}, {"f": None}, {}), SimClusterQueue("b", "c", {"f": 4.0}, {"f": 1.0}, {})])
+    assert k.fits("a", "f", 6)  # borrows 2 of b's unused 4
+    assert not k.fits("b", "f", 6)  # b may borrow at most 1
+    assert k.fits("b", "f", 5)
+    k.reserve("a", "f", 6)
+    assert not k.fits("b", "f", 3)  # the cohort has 2 left
+    assert k.headroom("b", "f") == 2
+    k.check()
+
+
+def test_best_effort_fifo_does_not_block_younger_workloads():
+    k = SimKueue([SimClusterQueue("a", "c", {"f": 8.0}, {"f": None}, {})])
+    k.reserve("a", "f", 4)
+    big, small = _wl(1, 8, "a", 0.0), _wl(2, 2, "a", 1.0)
+    k.submit(big)
+    k.submit(small)
+    got = k.schedule(10.0, ("f",))
+    assert got == [small] and small.state == RESERVED and big in k.pending
+
+
+def test_retry_requeues_after_backoff():
+    k = SimKueue([SimClusterQueue("a", "c", {"f": 8.0}, {"f": None}, {})])
+    w = _wl(1, 4, "a", 0.0)
+    k.submit(w)
+    assert k.schedule(0.0, ("f",)) == [w]
+    k.requeue(w, 5.0, 60.0)  # Retry: quota released, back after 60 s
+    assert k.cqs["a"].usage["f"] == 0.0
+    assert k.schedule(30.0, ("f",)) == []
+    assert k.schedule(65.0, ("f",)) == [w]
+
+
+def _failed_gpu_engine(policy: str) -> Engine:
+    cfg = SimConfig(nodes=1, teams=("team-a",), check_invariants=True)
+    e = Engine([Job(0, "team-a", 10.0, 300.0, 8, 0.5)], 900.0, policy, cfg)
+    e.cluster.fail(e.cluster.nodes[0], 3)  # XID 79 on one of the node's 8 GPUs
+    return e
+
+
+def test_kueue_quota_admits_unplaceable_workload_and_queuepilot_does_not():
+    """8 GPUs of quota, 7 healthy: quota alone admits the 8-GPU job, whose pod cannot be bound."""
+    m = _failed_gpu_engine("kueue-quota").run()
+    assert m.unplaceable_admissions == 1
+    assert m.unplaceable_s == pytest.approx(900.0 - 10.0 - SimConfig().pass_delay_s)
+    q = _failed_gpu_engine("queuepilot").run()
+    assert q.unplaceable_admissions == 0 and q.unplaceable_s == 0.0
+    assert q.retries >= 1  # the check said Retry (InsufficientGpus) and Kueue requeued it
+
+
+def test_queuepilot_runs_the_real_decision_functions():
+    e = Engine(_small_jobs(6.0), 6 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS))
+    e.run()
+    adm, sc = e.policy.admission, e.policy.scaling
+    from autoscaler.policy.admission import AdmissionDecision
+    from autoscaler.policy.scaling import GroupDecision
+
+    assert sc.last and all(isinstance(d, GroupDecision) for d in sc.last)
+    assert all(isinstance(d, AdmissionDecision) for d in adm.last)
+    assert any(kind == "admission" for _, kind, *_ in e.decision_log)

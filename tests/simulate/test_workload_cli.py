@@ -1,0 +1,94 @@
+"""Trace loading, the synthetic generator's statistics, and ``queuepilot simulate`` (JSON contract, seeds)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from datetime import datetime
+
+import pytest
+
+from autoscaler.sim_metrics import CONTRACT_KEYS
+from autoscaler.sim_workload import OTHER_TEAM, VC_TEAMS, load_philly, synthetic
+from autoscaler.simulate_cli import main
+
+
+def test_philly_window_and_team_mapping(shared_dir):
+    path = shared_dir / "traces" / "philly-pollux" / "philly.csv"
+    start = datetime(2017, 10, 10)
+    w = load_philly(path, start, 6.0, seed=0, max_gpus=64)
+    expected = []
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            ts = datetime.fromisoformat(r["timestamp"])
+            if start <= ts < datetime(2017, 10, 10, 6):
+                expected.append(r)
+    assert len(w.jobs) + w.dropped_too_large == len(expected) > 0
+    assert [j.submit for j in w.jobs] == sorted(j.submit for j in w.jobs)
+    assert all(0 <= j.submit < 6 * 3600 for j in w.jobs)
+    by_vc = {VC_TEAMS.get(r["cluster"], OTHER_TEAM) for r in expected}
+    assert {j.team for j in w.jobs} <= by_vc
+    assert sum(j.gpus for j in w.jobs) == sum(int(r["num_gpus"]) for r in expected if int(r["num_gpus"]) <= 64)
+
+
+def test_philly_rejects_a_file_that_is_not_a_trace(tmp_path):
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="missing columns"):
+        load_philly(bad, datetime(2017, 10, 1), 1.0, 0, 8)
+
+
+def test_synthetic_matches_the_published_statistics():
+    jobs = synthetic(24 * 14, seed=5, max_gpus=64).jobs
+    n = len(jobs)
+    assert 40 * 24 * 14 * 0.7 < n < 40 * 24 * 14 * 1.3  # ~40 jobs/h on average
+    one = sum(1 for j in jobs if j.gpus == 1) / n
+    assert 0.90 < one < 0.96  # Philly: 93.17 % single-GPU
+    med = statistics.median(j.duration for j in jobs if j.gpus == 1)
+    assert 700 < med < 1800  # log-normal median 1,117 s
+    # diurnal: the busiest hour of day sees at least twice the quietest (peak/trough ~2.6)
+    per_hour = [0] * 24
+    for j in jobs:
+        per_hour[int(j.submit // 3600) % 24] += 1
+    assert max(per_hour) > 2 * min(per_hour)
+    # utilization: about a third of RayJob samples at 0 %, busy level median near Philly's
+    big = [j for j in jobs if j.gpus > 1]
+    samples = [j.util_at(s * 300.0) for j in big for s in range(20)]
+    zero = sum(1 for u in samples if u == 0.0) / len(samples)
+    assert 0.28 < zero < 0.39
+
+
+def _run(tmp_path, name, *extra):
+    out = tmp_path / f"{name}.json"
+    rc = main(["--trace", "synthetic", "--hours", "8", "--nodes", "8", "--policies", "queuepilot,ray-idle,kueue-quota",
+               "--gpu-failure-rate", "0.2", "--json", str(out), "--no-progress", *extra])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+def test_simulate_json_contract_and_determinism(tmp_path):
+    a = _run(tmp_path, "a", "--seed", "4")
+    b = _run(tmp_path, "b", "--seed", "4")
+    c = _run(tmp_path, "c", "--seed", "5")
+    assert set(a["policies"]) == {"queuepilot", "ray-idle", "kueue-quota"}
+    for r in a["policies"].values():
+        assert set(CONTRACT_KEYS) <= set(r)
+        assert 0.0 <= r["gpu_util_allocated"] <= 1.0
+        assert r["wait_p50_s"] <= r["wait_p95_s"] <= r["wait_p99_s"]
+    a["meta"].pop("command"), b["meta"].pop("command"), c["meta"].pop("command")
+    assert a == b  # same seed: identical results
+    assert a["policies"] != c["policies"]
+
+
+def test_simulate_writes_plots_and_rejects_bad_input(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["--trace", "synthetic", "--hours", "4", "--nodes", "4", "--policies", "static,oracle", "--out", str(out),
+               "--json", str(tmp_path / "r.json"), "--no-progress"])
+    assert rc == 0
+    for f in ("wait_cdf.png", "idle_gpu_hours.png", "timeline.png", "timeline-static.csv", "timeline-oracle.csv"):
+        assert (out / f).stat().st_size > 0
+    assert (out / "wait_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["--trace", "synthetic", "--policies", "nope", "--no-progress"]) == 2
+    assert "unknown policies" in capsys.readouterr().err
+    assert main(["--trace", str(tmp_path / "missing.csv"), "--no-progress"]) == 2
