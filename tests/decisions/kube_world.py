@@ -14,11 +14,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from autoscaler import views
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.ray_parse import RayNodeInfo, RayStatus
 from autoscaler.snapshot import ClusterSnapshot, GpuState, PodKey, RayDemand, frozen_map
-from autoscaler.snapshot_builder import BuildConfig, ClusterObjects, RayObservation, build_snapshot
+from autoscaler.snapshot_builder import BuildConfig, RayObservation, build_snapshot
+from tests.controller.scenario import PARSE, cluster_objects
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 RAY = "ray.io/v1"
@@ -127,16 +127,6 @@ def worker_pod(cluster: str, name: str, ns: str = "team-a", node_name: str = "n0
 
 
 # ----------------------------------------------------------------------------------------- world
-PARSE = {
-    "Workload": ("workloads", views.workload_view),
-    "ClusterQueue": ("cluster_queues", views.cluster_queue_view),
-    "LocalQueue": ("local_queues", views.local_queue_view),
-    "ResourceFlavor": ("flavors", views.resource_flavor_view),
-    "AdmissionCheck": ("admission_checks", views.admission_check_view),
-    "RayCluster": ("ray_clusters", views.ray_cluster_view),
-    "Node": ("nodes", views.node_view),
-    "Pod": ("pods", views.pod_view),
-}
 API = {"Workload": KUEUE, "ClusterQueue": KUEUE, "LocalQueue": KUEUE, "ResourceFlavor": KUEUE,
        "AdmissionCheck": KUEUE, "RayCluster": RAY, "Node": "v1", "Pod": "v1"}
 
@@ -162,11 +152,7 @@ class World:
 
     # ---- snapshot
     def snapshot(self, now: float, gpu_fresh: bool = True) -> ClusterSnapshot:
-        out: dict[str, dict[str, Any]] = {v[0]: {} for v in PARSE.values()}
-        for kind, (field, parse) in PARSE.items():
-            for obj in self.api.list(API[kind], kind):
-                out[field][views.object_key(obj)] = parse(obj)
-        objects = ClusterObjects(**out)
+        objects = cluster_objects([obj for kind in PARSE for obj in self.api.list(API[kind], kind)])
         gpus = []
         pods_by_node: dict[str, list[tuple[str, str, int]]] = {}
         for p in objects.pods.values():
