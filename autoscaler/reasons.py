@@ -28,6 +28,7 @@ GPU_SIGNAL_STALE = "GpuSignalStale"  # also used by the scaler (hold)
 PENDING_DEMAND = "PendingDemand"
 IDLE_WORKERS = "IdleWorkers"
 IDLE_WORKERS_QUEUE_PRESSURE = "IdleWorkersQueuePressure"
+IDLE_ACTORS_RECLAIMED = "IdleActorsReclaimed"
 KEPT_FOR_UTILIZATION_TARGET = "KeptForUtilizationTarget"
 WITHIN_TARGET = "WithinTarget"
 BELOW_MIN_REPLICAS = "BelowMinReplicas"
@@ -62,6 +63,8 @@ MEANING: dict[str, str] = {
     PENDING_DEMAND: "Scale up: Ray reports resource demand that no current worker can take.",
     IDLE_WORKERS: "Scale down: workers idle (low GPU/CPU use, no Ray work) for the idle window.",
     IDLE_WORKERS_QUEUE_PRESSURE: "Scale down: idle workers, with the shorter idle window while other queues wait.",
+    IDLE_ACTORS_RECLAIMED: ("Scale down (reclaim-idle-actors on): among the idle workers some hold Ray actors/tasks "
+                            "with the GPU under the idle threshold for the idle window; those are killed."),
     KEPT_FOR_UTILIZATION_TARGET: "Scale down of idle workers limited so the rest stay under the utilization target.",
     WITHIN_TARGET: "Hold: no pending demand and no idle worker past its window.",
     BELOW_MIN_REPLICAS: "Scale up: replicas below minReplicas.",

@@ -25,6 +25,7 @@ from autoscaler.act.events import EventSink, ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.raycluster_patch import patch_group
 from autoscaler.policy.config import scaling_defaults
+from autoscaler.policy.quota import CohortTotals, cohort_totals
 from autoscaler.policy.scaling import (
     GroupDecision,
     GroupHistory,
@@ -61,7 +62,8 @@ class ScalingReconciler:
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         self.outcomes = []
         seen = set()
-        shared: tuple[Sequence[tuple[float, WorkloadState]], Mapping[tuple[str, str], Sequence[WorkloadState]]] | None
+        shared: tuple[Sequence[tuple[float, WorkloadState]], Mapping[tuple[str, str], Sequence[WorkloadState]],
+                      CohortTotals] | None
         shared = None
         for i, key in enumerate(sorted(snapshot.ray_clusters)):
             if i and i % YIELD_EVERY == 0:
@@ -71,7 +73,8 @@ class ScalingReconciler:
                 continue
             seen.add(key)
             if shared is None:  # once per pass, for every cluster: who waits, and the workloads each cluster owns
-                shared = (pending_gpu_workloads(snapshot, now), ray_cluster_workloads(snapshot))
+                shared = (pending_gpu_workloads(snapshot, now), ray_cluster_workloads(snapshot),
+                          cohort_totals(snapshot.cluster_queues))
             try:
                 await self._cluster(rc, snapshot, now, *shared)
             except Exception:  # one bad cluster must not stop the others
@@ -93,9 +96,11 @@ class ScalingReconciler:
         now: float,
         waiting: Sequence[tuple[float, WorkloadState]],
         owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
+        cohorts: CohortTotals | None = None,
     ) -> None:
         previous = self.history.get(rc.key, {})
-        result = decide_scaling(snapshot, rc, self.defaults, previous, now, waiting=waiting, owned=owned)
+        result = decide_scaling(snapshot, rc, self.defaults, previous, now, waiting=waiting, owned=owned,
+                                cohorts=cohorts)
         history = dict(result.history)
         ref = ObjectRef("ray.io/v1", "RayCluster", rc.namespace, rc.name, rc.uid)
         if result.warnings != self._warned.get(rc.key, ()):

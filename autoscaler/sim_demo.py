@@ -54,8 +54,7 @@ class DemoWorld:
                                  gpu_mix=DEMO_GPU_MIX)
         window = synthetic(cfg.hours, cfg.seed, cfg.nodes * cfg.gpus_per_node, params)
         sim_cfg = replace(SimConfig(), nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, seed=cfg.seed,
-                          gpu_failure_rate=cfg.gpu_failure_rate, teams=DEMO_TEAMS, repair_mean_s=1800.0,
-                          cap_ray_demand=False)
+                          gpu_failure_rate=cfg.gpu_failure_rate, teams=DEMO_TEAMS, repair_mean_s=1800.0)
         self.engine = Engine(window.jobs, cfg.hours * 3600.0, "queuepilot", sim_cfg)
         self.counters = counters
         self.published = Published()

@@ -9,7 +9,7 @@ what the simulator does with a decision is what Kueue and KubeRay would do with 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from autoscaler.policy.admission import AdmissionDecision, decide_admissions
@@ -50,6 +50,11 @@ class QueuepilotAdmission:
             placement = {ps: dict(nodes) for ps, nodes in d.placement.items()}
             out.append((w, d.state, d.reason, d.message, d.requeue_after_seconds, placement))
         return out
+
+
+def reclaiming_defaults() -> ScalingDefaults:
+    """The scaler's defaults with ``scaling.reclaim_idle_actors: true`` (policy ``queuepilot-reclaim``)."""
+    return replace(ScalingDefaults(), reclaim_idle_actors=True)
 
 
 @dataclass

@@ -54,8 +54,7 @@ def pod_key(pod_id: str) -> PodKey:
 
 
 class SnapshotBuilder:
-    def __init__(self, cluster: SimCluster, kueue: SimKueue, with_check: bool, cap_demand: bool = True) -> None:
-        self.cap_demand = cap_demand
+    def __init__(self, cluster: SimCluster, kueue: SimKueue, with_check: bool) -> None:
         self.cluster = cluster
         self.kueue = kueue
         self.with_check = with_check
@@ -126,18 +125,9 @@ class SnapshotBuilder:
             ray_resources=frozen_map({"GPU": 1.0, "CPU": 8.0}), workers=workers,
             workers_to_delete=tuple(n for n in rc.workers_to_delete if n in rc.workers),
         )
-        # Ray reports the pending tasks as one shape with a count.  The count is capped just past what
-        # could still raise the group (min(maxReplicas - replicas, the ClusterQueue's headroom) +
-        # starting workers + 1): any larger count yields the same replicas and the same recorded
-        # recommendation (the scaler caps it at the headroom, then at maxReplicas), and the scaler's
-        # packing (``workers_needed``) is quadratic in the count.
-        q = self.kueue.cqs[rc.cq]
-        room = int(max(0.0, q.nominal.get(rc.flavor, 0.0) - q.usage.get(rc.flavor, 0.0)))
-        starting = sum(1 for w in rc.workers.values() if not w.ready(now))
-        count = len(rc.queue)
-        if self.cap_demand:
-            count = min(count, min(max(0, rc.max_replicas - rc.replicas), room) + starting + 1)
-        demand = (RayDemand("task", frozen_map({"GPU": 1.0}), count=count),) if rc.queue else ()
+        # Ray reports the pending tasks as one shape with their full count (the scaler packs
+        # identical bundles as one run, so a count of thousands costs no more than one)
+        demand = (RayDemand("task", frozen_map({"GPU": 1.0}), count=len(rc.queue)),) if rc.queue else ()
         return RayClusterState(
             namespace=rc.namespace, name=rc.name, uid=f"uid-{rc.name}", resource_version=str(rc.version),
             annotations=frozen_map({AUTOSCALE_ANNOTATION: "true", ELASTIC_JOB_ANNOTATION: "true"}),

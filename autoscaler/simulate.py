@@ -60,7 +60,8 @@ from autoscaler.sim_ray import SimRayCluster, SimWorker
 from autoscaler.sim_snapshot import POD_SET, SnapshotBuilder
 from autoscaler.sim_workload import TASK, Job, team_gpu_shares
 
-POLICIES: tuple[str, ...] = ("queuepilot", "static", "hpa", "ray-idle", "keda", "kueue-quota", "oracle")
+POLICIES: tuple[str, ...] = ("queuepilot", "queuepilot-reclaim", "static", "hpa", "ray-idle", "keda", "kueue-quota",
+                             "oracle")
 COHORT = "research"
 
 
@@ -78,7 +79,6 @@ class SimConfig:
     seed: int = 0
     timeline_interval_s: float = 300.0
     check_invariants: bool = False
-    cap_ray_demand: bool = True  # see SnapshotBuilder.ray_state (the demo shows the real count)
     ray_max_quota_factor: float = 2.0  # a team RayCluster's maxReplicas = its nominal GPU quota x this
     teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
 
@@ -130,6 +130,8 @@ def make_policy(name: str, engine: Engine) -> Policy:
     teams = engine.cfg.teams
     if name == "queuepilot":
         return Policy(name, qp.QueuepilotAdmission(), qp.QueuepilotScaling())
+    if name == "queuepilot-reclaim":  # the config's scaling.reclaim_idle_actors: true
+        return Policy(name, qp.QueuepilotAdmission(), qp.QueuepilotScaling(qp.reclaiming_defaults()))
     if name == "kueue-quota":
         return Policy(name, QuotaOnly(), qp.QueuepilotScaling())
     factories: dict[str, Callable[[str], Scaler]] = {
@@ -194,8 +196,7 @@ class Engine:
         self.decision_log: list[tuple[float, str, str, str, str]] = []  # (t, kind, object, state/dir, reason)
         self.policy_name = policy
         self.policy = make_policy(policy, self)
-        self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.admission.with_check,
-                                         self.cfg.cap_ray_demand)
+        self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.admission.with_check)
         if isinstance(self.policy.scaling, PerGroupScaling):
             for t, s in self.policy.scaling.scalers.items():
                 if isinstance(s, StaticScaler):

@@ -20,6 +20,8 @@ Formats (docs/autoscaling.md has examples):
 ``queuepilot.io/tolerance``                 float in [0, 1)
 ``queuepilot.io/scale-up-policy``           ``"Pods:4:15,Percent:100:15;select=Max;window=0s"``
 ``queuepilot.io/scale-down-policy``         ``"Pods:1:60;select=Min;window=5m"``
+``queuepilot.io/reclaim-idle-actors``       ``"true"``: workers whose Ray actors leave the GPU idle may go
+                                            (the actors are killed); ``"false"`` (default)
 =========================================== ==========================================================
 """
 
@@ -29,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from autoscaler.policy.config import ScalingDefaults, parse_duration, parse_ratio, parse_rules
+from autoscaler.policy.config import ScalingDefaults, parse_bool, parse_duration, parse_ratio, parse_rules
 from autoscaler.snapshot import AUTOSCALE_ANNOTATION
 
 PREFIX = "queuepilot.io/"
@@ -55,6 +57,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str, ScalingDefaults], Any]]] = {
     PREFIX + "tolerance": ("tolerance", lambda v, _: _tolerance(v)),
     PREFIX + "scale-up-policy": ("scale_up", lambda v, p: parse_rules(v, p.scale_up)),
     PREFIX + "scale-down-policy": ("scale_down", lambda v, p: parse_rules(v, p.scale_down)),
+    PREFIX + "reclaim-idle-actors": ("reclaim_idle_actors", lambda v, _: parse_bool(v)),
 }
 KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *_FIELDS})
 

@@ -60,6 +60,16 @@ def parse_ratio(value: object) -> float:
     return r
 
 
+def parse_bool(value: object) -> bool:
+    """``true``/``false`` (a YAML bool, or the strings, any case); ValueError otherwise."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(f"not a boolean (use true or false): {value!r}")
+
+
 def parse_rules(value: object, default: ScalingRules) -> ScalingRules:
     """Scaling rules from a string ``"Pods:2:60,Percent:50:60;select=Min;window=5m"`` or a mapping
     ``{policies: ["Pods:2:60"] | [{type, value, periodSeconds}], select_policy, stabilization_window}``.
@@ -159,6 +169,9 @@ class ScalingDefaults:
     tolerance: float = 0.1
     scale_up: ScalingRules = field(default=DEFAULT_SCALE_UP)
     scale_down: ScalingRules = field(default=DEFAULT_SCALE_DOWN)
+    # opt-in: a GPU worker whose GPU stayed under idle_gpu_utilization for idle_window counts as idle
+    # even with Ray actors/tasks on it (they are killed when it goes); docs/autoscaling.md
+    reclaim_idle_actors: bool = False
 
     def __post_init__(self) -> None:
         for name in ("target_gpu_utilization", "target_cpu_utilization", "target_memory_utilization"):
@@ -197,6 +210,8 @@ def _from_section(cls: type, section: Mapping[str, Any] | None, name: str) -> An
                 changes[k] = parse_ratio(raw)
             elif k == "tolerance":
                 changes[k] = float(raw)
+            elif k == "reclaim_idle_actors":
+                changes[k] = parse_bool(raw)
             elif k == "max_retries":
                 changes[k] = None if raw is None else int(raw)
             elif k in names:

@@ -11,7 +11,7 @@
    - *pending demand*: Ray's unscheduled bundles (not INFEASIBLE) are assigned to the group that can
      hold them (the ``group`` Ray named, else the smallest worker that fits, CPU-only groups first
      for bundles without GPUs) and packed first-fit-decreasing into new workers of the group's shape
-     (STRICT_SPREAD bundles one per worker); workers still starting absorb that many -> ``current +
+     (STRICT_SPREAD bundles one per worker; runs of identical bundles are packed at once); workers still starting absorb that many -> ``current +
      ceil(workers / numOfHosts)``, reason ``PendingDemand``.  Bundles no worker can hold, and those
      Ray marks INFEASIBLE, go to ``infeasible``, never to a scale-up;
    - *idle workers*: a Running, ready worker is idle when its GPU utilization (CPU utilization for
@@ -23,9 +23,13 @@
      to the pressured idle window, else the 300 s default would outlast it).  Without queue pressure the HPA utilization rule
      (``ceil(ready * mean / target)`` outside the tolerance) is a floor, so the remaining workers
      stay under the target (``KeptForUtilizationTarget``).  Multi-host groups (numOfHosts > 1) are
-     not scaled down by idleness;
-   - *quota headroom* (Kueue-managed elastic clusters): never more new GPUs than the ClusterQueue's
-     headroom on the group's flavor -> ``QuotaHeadroomLimit`` and an ``infeasible`` entry.
+     not scaled down by idleness.  With ``reclaim_idle_actors`` (opt-in; in-tree autoscaler off;
+     no pending Ray demand of the cluster fits the group) a GPU worker Ray reports work on also
+     counts once its GPU stayed under the threshold for the full idle window -> ``IdleActorsReclaimed``
+     (its actors are killed);
+   - *quota headroom* (Kueue-managed elastic clusters): never more new GPUs than the ClusterQueue
+     can still admit on the group's flavor, cohort borrowing included (``policy.quota``) ->
+     ``QuotaHeadroomLimit`` and an ``infeasible`` entry.
 4. **Behavior** (``behavior.normalize``): stabilization windows, Pods/Percent step limits per
    period, ``[min, max]``.
 5. **Write**: in-tree autoscaler off -> ``write="replicas"`` with ``workers_to_delete`` naming the
@@ -51,6 +55,7 @@ from autoscaler import reasons as R
 from autoscaler.policy.annotations import policy_from_annotations
 from autoscaler.policy.behavior import normalize
 from autoscaler.policy.config import ScalingDefaults
+from autoscaler.policy.quota import CohortTotals, admittable_gpus, cohort_totals
 from autoscaler.snapshot import (
     GPU_RESOURCE,
     ClusterSnapshot,
@@ -80,7 +85,6 @@ Direction = Literal["up", "down", "hold"]
 WriteMode = Literal["replicas", "min_max", "none"]
 Bundle = Mapping[str, float]
 
-_MAX_BUNDLES = 100_000  # bound on expanded demand (count) per cluster
 _CHECKED = ("GPU", "CPU", "memory")
 
 
@@ -159,13 +163,12 @@ def _shape_text(shape: Bundle) -> str:
 
 def assign_demand(
     cluster: RayClusterState,
-) -> tuple[dict[str, list[tuple[Bundle, bool]]], dict[str | None, list[str]]]:
-    """Group name -> [(bundle, strict_spread)] for Ray's feasible pending demand; and the infeasible
-    part, by the group Ray named (None: any group)."""
-    per_group: dict[str, list[tuple[Bundle, bool]]] = {g.name: [] for g in cluster.groups}
+) -> tuple[dict[str, list[tuple[Bundle, bool, int]]], dict[str | None, list[str]]]:
+    """Group name -> [(bundle, strict_spread, count)] for Ray's feasible pending demand; and the
+    infeasible part, by the group Ray named (None: any group)."""
+    per_group: dict[str, list[tuple[Bundle, bool, int]]] = {g.name: [] for g in cluster.groups}
     infeasible: dict[str | None, list[str]] = {}
     caps = {g.name: _capacity(g) for g in cluster.groups}
-    expanded = 0
     for d in cluster.demand:
         n = max(0, d.count)
         if d.infeasible:
@@ -178,29 +181,91 @@ def assign_demand(
             continue
         cands.sort(key=lambda g: (caps[g.name].get("GPU", 0), caps[g.name].get("CPU", 0),
                                   caps[g.name].get("memory", 0), g.name))
-        take = min(n, _MAX_BUNDLES - expanded)
-        expanded += take
-        per_group[cands[0].name].extend([(d.shape, d.strategy == "STRICT_SPREAD")] * take)
+        if n:
+            per_group[cands[0].name].append((d.shape, d.strategy == "STRICT_SPREAD", n))
     return per_group, infeasible
 
 
-def workers_needed(bundles: Sequence[tuple[Bundle, bool]], cap: Mapping[str, float]) -> int:
-    """New workers of shape ``cap`` for ``bundles``: first-fit decreasing over the checked resources."""
+def _demand_fits_group(cluster: RayClusterState, group: WorkerGroupState) -> bool:
+    """Whether any feasible pending Ray demand of the cluster could run on a worker of ``group``."""
+    cap = _capacity(group)
+    return any(d.count > 0 and not d.infeasible and (d.group is None or d.group == group.name) and _fits(d.shape, cap)
+               for d in cluster.demand)
+
+
+def _fit_count(rem: tuple[float, ...], need: tuple[float, ...]) -> float:
+    """How many bundles of ``need`` fit in ``rem`` (inf when the bundle asks for none of the keys)."""
+    f = math.inf
+    for r, x in zip(rem, need, strict=True):
+        if x > 1e-12:
+            f = min(f, math.floor((r + 1e-9) / x))
+    return max(f, 0)
+
+
+def _minus(rem: tuple[float, ...], need: tuple[float, ...], m: int) -> tuple[float, ...]:
+    return tuple(r - x * m for r, x in zip(rem, need, strict=True))
+
+
+def workers_needed(
+    bundles: Sequence[tuple[Bundle, bool] | tuple[Bundle, bool, int]], cap: Mapping[str, float]
+) -> int:
+    """New workers of shape ``cap`` for ``bundles`` ((shape, strict_spread[, count]) entries): first-fit
+    decreasing over the resources ``cap`` has, STRICT_SPREAD bundles one per new worker.
+
+    Near-linear: identical bundles (same needs on those resources, same strategy) are placed as one
+    run with a count, and identical workers are kept as one bin run with a count, so the cost is
+    O(entries + shapes x bin runs), not O(bundles x workers).  Among shapes with equal needs the
+    STRICT_SPREAD ones go first (their workers' leftover room then takes the others).
+    """
     keys = [k for k in cap if cap[k] > 0]
-    items = sorted(bundles, key=lambda b: tuple(-b[0].get(k, 0.0) for k in keys))
-    bins: list[dict[str, float]] = []
-    for shape, spread in items:
-        placed = False
+    full = tuple(float(cap[k]) for k in keys)
+    runs: dict[tuple[tuple[float, ...], bool], int] = {}
+    for b in bundles:
+        n = b[2] if len(b) > 2 else 1  # type: ignore[misc]
+        if n <= 0:
+            continue
+        need = tuple(max(0.0, float(b[0].get(k, 0.0))) for k in keys)
+        runs[(need, b[1])] = runs.get((need, b[1]), 0) + n
+    bins: list[tuple[tuple[float, ...], int]] = []  # (remaining room, how many workers have it), in opening order
+    for need, spread in sorted(runs, key=lambda r: (tuple(-x for x in r[0]), not r[1])):
+        n = runs[(need, spread)]
         if not spread:
-            for b in bins:
-                if all(shape.get(k, 0.0) <= b[k] + 1e-9 for k in keys):
-                    for k in keys:
-                        b[k] -= shape.get(k, 0.0)
-                    placed = True
+            i = 0
+            while n > 0 and i < len(bins):
+                rem, count = bins[i]
+                f = _fit_count(rem, need)
+                if f == 0:
+                    i += 1
+                    continue
+                if f == math.inf:  # needs none of the checked resources: all go in the first worker
+                    n = 0
                     break
-        if not placed:
-            bins.append({k: cap[k] - shape.get(k, 0.0) for k in keys})
-    return len(bins)
+                f = int(f)
+                filled = min(count, n // f)
+                n -= filled * f
+                repl = [(_minus(rem, need, f), filled)] if filled else []
+                left = count - filled
+                if left and n > 0:  # the next worker of this run takes the rest (fewer than f)
+                    repl.append((_minus(rem, need, n), 1))
+                    n, left = 0, left - 1
+                if left:
+                    repl.append((rem, left))
+                bins[i:i + 1] = repl
+                i += len(repl)
+        if n <= 0:
+            continue
+        f = 1 if spread else _fit_count(full, need)
+        if f == math.inf:
+            bins.append((full, 1))
+        elif f == 0:  # larger than a worker (not assigned here by assign_demand): one worker each
+            bins.append((_minus(full, need, 1), n))
+        else:
+            f = int(f)
+            if n // f:
+                bins.append((_minus(full, need, f), n // f))
+            if n % f:
+                bins.append((_minus(full, need, n % f), 1))
+    return sum(c for _, c in bins)
 
 
 # ---------------------------------------------------------------------------------------- pressure
@@ -308,8 +373,12 @@ def _util(w: RayWorker, gpu_group: bool) -> float | None:
     return w.gpu_utilization if gpu_group else w.cpu_utilization
 
 
-def _idle_now(w: RayWorker, gpu_group: bool, policy: ScalingDefaults) -> bool:
-    if w.deleting or not w.ready or w.phase != "Running" or w.ray_busy is not False:
+def _idle_now(w: RayWorker, gpu_group: bool, policy: ScalingDefaults, reclaim: bool = False) -> bool:
+    """Under the idle threshold and no Ray work on it; with ``reclaim`` (GPU groups), Ray work that
+    leaves the GPU under the threshold does not count (``ray_busy`` True); unknown stays busy."""
+    if w.deleting or not w.ready or w.phase != "Running":
+        return False
+    if w.ray_busy is not False and not (reclaim and gpu_group and w.ray_busy is True):
         return False
     u = _util(w, gpu_group)
     threshold = policy.idle_gpu_utilization if gpu_group else policy.idle_cpu_utilization
@@ -317,17 +386,23 @@ def _idle_now(w: RayWorker, gpu_group: bool, policy: ScalingDefaults) -> bool:
 
 
 def idle_workers(
-    group: WorkerGroupState, policy: ScalingDefaults, idle_since: Mapping[str, float], window: float, now: float
+    group: WorkerGroupState, policy: ScalingDefaults, idle_since: Mapping[str, float], window: float, now: float,
+    *, reclaim: bool = False, actor_window: float | None = None,
 ) -> tuple[dict[str, float], list[RayWorker]]:
-    """(new idle_since map, workers idle for at least ``window``, idlest first)."""
+    """(new idle_since map, workers idle for at least ``window``, idlest first).
+
+    ``reclaim``: GPU workers Ray reports work on also count when their GPU stayed under the idle
+    threshold; those need ``actor_window`` (default ``window``) of it to be removable.
+    """
     gpu_group = group.gpus_per_worker > 0
     since: dict[str, float] = {}
     removable: list[RayWorker] = []
     for w in group.workers:
-        if _idle_now(w, gpu_group, policy):
+        if _idle_now(w, gpu_group, policy, reclaim):
             t = idle_since.get(w.pod, now)
             since[w.pod] = t
-            if now - t >= window:
+            need = window if w.ray_busy is False or actor_window is None else actor_window
+            if now - t >= need:
                 removable.append(w)
     removable.sort(key=lambda w: (_util(w, gpu_group) or 0.0, since[w.pod], w.pod))
     return since, removable
@@ -375,8 +450,10 @@ def _headroom_replicas(
     cluster: RayClusterState,
     group: WorkerGroupState,
     owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
+    cohorts: CohortTotals | None = None,
 ) -> tuple[int | None, str]:
-    """Most replicas the ClusterQueue can still admit for this group (None: unlimited), and why."""
+    """Most replicas the ClusterQueue can still admit for this group (None: unlimited), and why:
+    its own unused nominal quota plus what it may borrow from its cohort (``policy.quota``)."""
     if not cluster.kueue_managed or group.gpus_per_worker <= 0:
         return None, ""
     cq = snapshot.cluster_queues.get(cluster.cluster_queue or "")
@@ -388,9 +465,17 @@ def _headroom_replicas(
     for wl in owned.get((cluster.namespace, cluster.name), ()):
         flavor = wl.flavors.get(group.name.lower(), {}).get(GPU_RESOURCE) or flavor
     flavors = [flavor] if flavor else sorted(cq.nominal_gpus)
-    headroom = sum(cq.headroom_gpus(f) for f in flavors)
+    if cohorts is None:
+        cohorts = cohort_totals(snapshot.cluster_queues)
+    headroom = borrowed = 0.0
+    for f in flavors:
+        h, b = admittable_gpus(cq, f, cohorts)
+        headroom, borrowed = headroom + h, borrowed + b
     per_replica = group.gpus_per_worker * max(1, group.num_of_hosts)
-    return int(headroom // per_replica), f"ClusterQueue {cq.name} has {headroom:g} GPUs of headroom on {', '.join(flavors)}"
+    why = f"ClusterQueue {cq.name} can admit {headroom:g} more GPUs on {', '.join(flavors)}"
+    if borrowed:
+        why += f" ({borrowed:g} borrowed from cohort {cq.cohort})"
+    return int(headroom // per_replica), why
 
 
 # ------------------------------------------------------------------------------------------- decide
@@ -410,16 +495,18 @@ def _decide_group(
     group: WorkerGroupState,
     policy: ScalingDefaults,
     h: GroupHistory,
-    demand: list[tuple[Bundle, bool]],
+    demand: list[tuple[Bundle, bool, int]],
     infeasible_demand: tuple[str, ...],
     pressure: str,
     now: float,
     owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
+    cohorts: CohortTotals | None = None,
 ) -> tuple[GroupDecision, GroupHistory]:
     current, lo, hi = group.replicas, group.min_replicas, group.max_replicas
     gpu_group = group.gpus_per_worker > 0
     in_tree = cluster.in_tree_autoscaler
-    pending_gpus = int(sum(b.get("GPU", 0.0) for b, _ in demand))
+    pending_gpus = int(sum(b.get("GPU", 0.0) * n for b, _, n in demand))
+    pending_bundles = sum(n for _, _, n in demand)
     h = _prune(h, policy, now)
     if in_tree:
         user_max = hi if (h.written_max is None or hi != h.written_max or h.user_max is None) else h.user_max
@@ -464,7 +551,11 @@ def _decide_group(
 
     # ---- 3. recommendation
     window = policy.pressured_idle_window_seconds if pressure else policy.idle_window_seconds
-    since, removable = idle_workers(group, policy, h.idle_since, window, now)
+    # idle-actor reclaim (opt-in): only where queuepilot names the pods to delete (in-tree off), and
+    # only while no pending Ray demand of the cluster could run on this group's workers
+    reclaim = policy.reclaim_idle_actors and gpu_group and not in_tree and not _demand_fits_group(cluster, group)
+    since, removable = idle_workers(group, policy, h.idle_since, window, now, reclaim=reclaim,
+                                    actor_window=policy.idle_window_seconds)
     h = replace(h, idle_since=frozen_map(since))
     idle_gpus = sum(w.gpus or group.gpus_per_worker for w in removable) if gpu_group else 0
     infeasible = list(infeasible_demand)
@@ -476,7 +567,7 @@ def _decide_group(
     if add_workers > 0:
         raw = current + math.ceil(add_workers / hosts)
         reason = R.PENDING_DEMAND
-        msg = (f"{len(demand)} pending Ray bundle(s) ({pending_gpus} GPUs) need {need} worker(s) of "
+        msg = (f"{pending_bundles} pending Ray bundle(s) ({pending_gpus} GPUs) need {need} worker(s) of "
                f"{_shape_text(cap)}; {starting} starting")
     elif removable and hosts == 1:
         raw = current - len(removable)
@@ -485,6 +576,12 @@ def _decide_group(
         msg = (f"{len(removable)} worker(s) idle ({what} use under "
                f"{(policy.idle_gpu_utilization if gpu_group else policy.idle_cpu_utilization):.0%}, no Ray work) "
                f"for {window / 60:g}m" + (f" while {pressure}" if pressure else ""))
+        held = [w.pod for w in removable if w.ray_busy is True]
+        if held:
+            reason = R.IDLE_ACTORS_RECLAIMED
+            msg += (f"; {len(held)} of them hold Ray actors/tasks with the GPU under "
+                    f"{policy.idle_gpu_utilization:.0%} for {policy.idle_window_seconds / 60:g}m "
+                    f"(reclaim-idle-actors: their actors are killed): {', '.join(held[:10])}")
         if not pressure:
             floor, detail = _utilization_floor(group, policy, current)
             if floor > raw:
@@ -502,7 +599,7 @@ def _decide_group(
 
     # quota headroom (Kueue elastic): never ask for more than the ClusterQueue can admit
     if raw > current:
-        room, why = _headroom_replicas(snapshot, cluster, group, owned)
+        room, why = _headroom_replicas(snapshot, cluster, group, owned, cohorts)
         if room is not None and raw > current + room:
             infeasible.append(f"{raw - current - room} replica(s) wanted beyond quota headroom ({why})")
             raw = current + room
@@ -541,7 +638,7 @@ def _decide_group(
     target_max = h.user_max if h.user_max is not None else hi
     if final < current:
         target_max = final
-    room, why = _headroom_replicas(snapshot, cluster, group, owned)
+    room, why = _headroom_replicas(snapshot, cluster, group, owned, cohorts)
     if room is not None:
         target_max = min(target_max, current + room)
     target_max = max(target_max, lo)
@@ -568,13 +665,15 @@ def decide_scaling(
     *,
     waiting: Sequence[tuple[float, WorkloadState]] | None = None,
     owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
+    cohorts: CohortTotals | None = None,
 ) -> ScalingResult:
     """One decision per worker group of an opted-in RayCluster (none otherwise); pure, deterministic.
 
     ``history`` maps group name -> ``GroupHistory`` from the previous pass (empty at first); the
     returned history replaces it (groups no longer present are dropped).  ``waiting``: the result
     of ``pending_gpu_workloads(snapshot, now)``, and ``owned``: the result of
-    ``ray_cluster_workloads(snapshot)``, to share between clusters (computed when None).
+    ``ray_cluster_workloads(snapshot)``, and ``cohorts``: ``cohort_totals(snapshot.cluster_queues)``,
+    to share between clusters (computed when None).
     """
     if not cluster.opted_in:
         return ScalingResult(decisions=(), history=frozen_map(), warnings=())
@@ -588,7 +687,7 @@ def decide_scaling(
         mine = tuple(infeasible.get(group.name, ())) + (tuple(infeasible.get(None, ())) if group is cluster.groups[0]
                                                         else ())
         d, h = _decide_group(snapshot, cluster, group, policy, history.get(group.name, GroupHistory()),
-                             demand.get(group.name, []), mine, pressure, now, owned)
+                             demand.get(group.name, []), mine, pressure, now, owned, cohorts)
         decisions.append(d)
         new_hist[group.name] = h
     return ScalingResult(decisions=tuple(decisions), history=frozen_map(new_hist), warnings=warnings)

@@ -302,3 +302,26 @@ async def test_without_an_api_client_nothing_is_written():
     assert [(d.state, o.result) for d, o in adm.outcomes] == [("Ready", "dry_run")]
     assert [o.result for _, o in scale.outcomes] == ["dry_run"]
     assert ctx.published.desired_replicas[("team-a", "rc", "gpu")] == 2
+
+
+async def test_idle_actor_reclaim_names_the_actor_held_worker(fake_api, world, make_ctx):
+    """With queuepilot.io/reclaim-idle-actors, a worker whose actor keeps the GPU at 0 % for the idle
+    window is deleted by name with the truly idle one; the busy worker stays; the Event says so."""
+    base_world(world)
+    world.add(k.ray_cluster("rc", replicas=3, hi=4, annotations={"queuepilot.io/reclaim-idle-actors": "true"}),
+              *(k.worker_pod("rc", f"rc-gpu-{i}") for i in range(3)))
+    world.gpu_util.update({("team-a", "rc-gpu-0"): 0.5})  # busy; rc-gpu-1: an actor at 0 %; rc-gpu-2: no Ray work
+    world.ray_busy.update({"rc-gpu-0": True, "rc-gpu-1": True, "rc-gpu-2": False})
+    ctx = make_ctx()
+    rec = ScalingReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)  # idle timers start
+    await rec.reconcile(world.snapshot(T0 + 300), T0 + 300)  # inside the 600 s idle window
+    assert world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]["replicas"] == 3
+    await rec.reconcile(world.snapshot(T0 + 610), T0 + 610)
+    g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
+    assert g["replicas"] == 1
+    assert sorted(g["scaleStrategy"]["workersToDelete"]) == ["rc-gpu-1", "rc-gpu-2"]
+    await rec.events.drain()
+    assert any(e[2] == R.IDLE_ACTORS_RECLAIMED and "rc-gpu-1" in e[3] and "killed" in e[3] for e in events(fake_api))
+    assert_rbac(fake_api)
+    await rec.close()

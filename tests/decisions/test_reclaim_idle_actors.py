@@ -1,0 +1,162 @@
+"""Opt-in idle-actor reclaim: workers whose Ray actors/tasks leave the GPU idle may go, only when on,
+only after the full idle window, never while pending Ray demand could use them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoscaler import reasons as R
+from autoscaler.policy.annotations import policy_from_annotations
+from autoscaler.policy.config import ScalingDefaults, scaling_defaults
+from autoscaler.policy.scaling import GroupHistory, decide_scaling
+from autoscaler.snapshot import frozen_map
+from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker, workload
+
+ON = {"queuepilot.io/reclaim-idle-actors": "true"}
+D = ScalingDefaults()
+LONG_AGO = NOW - 3600
+
+
+def hist(since: dict[str, float]) -> dict[str, GroupHistory]:
+    return {"gpu": GroupHistory(idle_since=frozen_map(since))}
+
+
+def decide(rc, history, defaults=D, others=()):
+    (d,) = decide_scaling(snapshot(ray=[rc], workloads=others), rc, defaults, history, NOW).decisions
+    return d
+
+
+def _cluster(annotations=ON, workers=None, **kw):
+    # (busy at 50 %: the utilization floor ceil(2 x 0.25 / 0.7) = 1 lets one of the two go)
+    ws = workers or [worker("busy", util=0.5, busy=True), worker("actor", util=0.0, busy=True)]
+    return ray_cluster([group(workers=ws)], annotations=annotations, **kw)
+
+
+def test_off_by_default_an_idle_actor_keeps_its_worker():
+    d = decide(_cluster(annotations={}), hist({"actor": LONG_AGO}))
+    assert (d.direction, d.reason, d.workers_to_delete) == ("hold", R.WITHIN_TARGET, ())
+
+
+def test_annotation_reclaims_the_worker_held_by_an_idle_actor():
+    d = decide(_cluster(), hist({"actor": LONG_AGO}))
+    assert (d.direction, d.reason, d.desired, d.write) == ("down", R.IDLE_ACTORS_RECLAIMED, 1, "replicas")
+    assert d.workers_to_delete == ("actor",)
+    assert "their actors are killed" in d.message and "actor" in d.message
+
+
+def test_config_key_turns_it_on_for_every_cluster():
+    defaults = scaling_defaults({"scaling": {"reclaim_idle_actors": True}})
+    d = decide(_cluster(annotations={}), hist({"actor": LONG_AGO}), defaults=defaults)
+    assert (d.reason, d.workers_to_delete) == (R.IDLE_ACTORS_RECLAIMED, ("actor",))
+    # the annotation can turn it off again for one cluster
+    d = decide(_cluster(annotations={"queuepilot.io/reclaim-idle-actors": "false"}), hist({"actor": LONG_AGO}),
+               defaults=defaults)
+    assert d.workers_to_delete == ()
+
+
+@pytest.mark.parametrize("value", ["yes", "1", ""])
+def test_malformed_annotation_warns_and_keeps_the_default(value):
+    policy, warnings = policy_from_annotations({"queuepilot.io/reclaim-idle-actors": value}, D)
+    assert policy.reclaim_idle_actors is False
+    assert len(warnings) == 1 and "reclaim-idle-actors" in warnings[0]
+
+
+def test_config_rejects_a_non_boolean():
+    with pytest.raises(ValueError, match="reclaim_idle_actors"):
+        scaling_defaults({"scaling": {"reclaim_idle_actors": "maybe"}})
+
+
+def test_needs_the_full_idle_window():
+    d = decide(_cluster(), hist({"actor": NOW - D.idle_window_seconds + 30}))
+    assert d.workers_to_delete == ()
+    d = decide(_cluster(), {})  # first seen now: the timer starts
+    assert d.workers_to_delete == ()
+
+
+def test_queue_pressure_does_not_shorten_the_actor_window():
+    """Under pressure a worker without Ray work goes after the pressured window; one held by an idle
+    actor still needs the full idle window."""
+    others = [replace(workload("q", ns="team-b", cq="cq-b", quota_reserved=False), created_at=NOW - 3600)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True), worker("free", util=0.0, busy=False)]
+    since = NOW - D.pressured_idle_window_seconds - 10
+    d = decide(_cluster(workers=ws), hist({"actor": since, "free": since}), others=others)
+    assert (d.reason, d.workers_to_delete) == (R.IDLE_WORKERS_QUEUE_PRESSURE, ("free",))
+    d = decide(_cluster(workers=ws), hist({"actor": LONG_AGO, "free": since}), others=others)
+    assert d.reason == R.IDLE_ACTORS_RECLAIMED and set(d.workers_to_delete) == {"actor", "free"}
+
+
+def test_not_while_pending_demand_could_use_the_worker():
+    # one pending 1-GPU task, absorbed by a starting worker: no scale-up, but no reclaim either
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True), worker("new", phase="Pending", ready=False)]
+    d = decide(_cluster(workers=ws, demand=[gpu_demand(1)]), hist({"actor": LONG_AGO}))
+    assert d.workers_to_delete == () and d.direction == "hold"
+
+
+def test_demand_no_worker_of_the_group_can_hold_does_not_block_it():
+    for demand in (gpu_demand(1, infeasible=True), gpu_demand(8), gpu_demand(1, group="other")):
+        d = decide(_cluster(demand=[demand]), hist({"actor": LONG_AGO}))
+        assert d.workers_to_delete == ("actor",), demand
+
+
+@pytest.mark.parametrize(("w", "why"), [
+    (worker("actor", util=0.2, busy=True), "GPU in use"),
+    (worker("actor", util=None, busy=True), "utilization unknown"),
+    (worker("actor", util=0.0, busy=None), "Ray's view unknown"),
+    (worker("actor", util=0.0, busy=True, ready=False), "not ready"),
+])
+def test_never_without_proof_of_idleness(w, why):
+    d = decide(_cluster(workers=[worker("busy", util=0.8), w]), hist({"actor": LONG_AGO}))
+    assert d.workers_to_delete == (), why
+
+
+def test_not_with_the_in_tree_autoscaler():
+    """With Ray's autoscaler on, queuepilot cannot name the pod, so an actor-held worker never counts."""
+    d = decide(_cluster(in_tree=True), hist({"actor": LONG_AGO}))
+    assert d.direction == "hold" and d.write == "none"
+
+
+def test_not_for_cpu_only_groups():
+    ws = [worker("actor", util=None, busy=True, cpu=0.0), worker("b", util=None, busy=True, cpu=0.9)]
+    rc = ray_cluster([group(workers=ws, gpus=0)], annotations=ON)
+    d = decide(rc, hist({"actor": LONG_AGO}))
+    assert d.workers_to_delete == ()
+
+
+@st.composite
+def _case(draw):
+    ws = [worker(f"w{i}", util=draw(st.none() | st.sampled_from([0.0, 0.01, 0.04, 0.05, 0.5])),
+                 busy=draw(st.none() | st.booleans()), ready=draw(st.booleans() | st.just(True)))
+          for i in range(draw(st.integers(1, 6)))]
+    demand = [gpu_demand(draw(st.sampled_from([1, 2])), infeasible=draw(st.booleans()))
+              for _ in range(draw(st.integers(0, 2)))]
+    on = draw(st.booleans())
+    rc = ray_cluster([group(workers=ws, gpus=1)], annotations=ON if on else {}, demand=demand,
+                     in_tree=draw(st.booleans()))
+    since = {w.pod: NOW - draw(st.sampled_from([0.0, 60.0, 300.0, 599.0, 600.0, 3600.0])) for w in ws}
+    return rc, since, on, draw(st.booleans())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_case())
+def test_reclaim_properties(case):
+    rc, since, on, pressure = case
+    others = [replace(workload("q", ns="team-b", cq="cq-b", quota_reserved=False), created_at=NOW - 3600)] \
+        if pressure else []
+    d = decide(rc, hist(since), others=others)
+    by_pod = {w.pod: w for w in rc.groups[0].workers}
+    usable = any(not x.infeasible and x.shape["GPU"] <= 1 for x in rc.demand)
+    for pod in d.workers_to_delete:
+        w = by_pod[pod]
+        # only workers whose GPU is known to be under the idle threshold ...
+        assert w.gpu_utilization is not None and w.gpu_utilization < D.idle_gpu_utilization
+        assert w.ready and w.phase == "Running" and w.ray_busy is not None
+        if w.ray_busy:  # ... and with Ray work only when reclaim is on, allowed, and after the full window
+            assert on and not rc.in_tree_autoscaler and not usable
+            assert NOW - since[pod] >= D.idle_window_seconds
+            assert d.reason == R.IDLE_ACTORS_RECLAIMED
+    if not on:
+        assert d.reason != R.IDLE_ACTORS_RECLAIMED
