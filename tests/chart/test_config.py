@@ -56,7 +56,8 @@ def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> No
     # and every key the schema allows is accepted by the real parser with a representative value
     values = {"admission": {"stale_signal_mode": "hold", "max_retries": 3, "check_cpu_memory": False,
                             "controller_name": "queuepilot.io/gpu-capacity"},
-              "scaling": {"tolerance": 0.1, "scale_up": "Pods:2:60", "scale_down": "Percent:50:60"}}[section]
+              "scaling": {"tolerance": 0.1, "scale_up": "Pods:2:60", "scale_down": "Percent:50:60",
+                          "reclaim_idle_actors": True}}[section]
     parse = {"admission": admission_config, "scaling": scaling_defaults}[section]
     for k in sorted(keys):
         if k in values:
