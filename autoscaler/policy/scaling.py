@@ -11,14 +11,14 @@
    - *pending demand*: Ray's unscheduled bundles (not INFEASIBLE) are assigned to the group that can
      hold them (the ``group`` Ray named, else the smallest worker that fits, CPU-only groups first
      for bundles without GPUs) and packed first-fit-decreasing into new workers of the group's shape
-     (STRICT_SPREAD bundles one per worker; runs of identical bundles are packed at once); workers still starting absorb that many -> ``current +
+     (STRICT_SPREAD bundles one per worker; runs of identical bundles are packed at once); workers still starting, and replicas whose pods were never created, absorb that many -> ``current +
      ceil(workers / numOfHosts)``, reason ``PendingDemand``.  Bundles no worker can hold, and those
      Ray marks INFEASIBLE, go to ``infeasible``, never to a scale-up;
    - *idle workers*: a Running, ready worker is idle when its GPU utilization (CPU utilization for
      CPU-only groups) is under the idle threshold **and** Ray reports no work on it (``ray_busy`` is
      False; unknown counts as busy); it may go once idle for the idle window — the shorter pressured
      window while another ClusterQueue has a GPU workload waiting longer than
-     ``queue_pressure_wait`` -> ``current - removable``, reason ``IdleWorkers`` /
+     ``queue_pressure_wait`` -> ``existing pods - removable``, reason ``IdleWorkers`` /
      ``IdleWorkersQueuePressure`` (under pressure the scale-down stabilization window is also cut
      to the pressured idle window, else the 300 s default would outlast it).  Without queue pressure the HPA utilization rule
      (``ceil(ready * mean / target)`` outside the tolerance) is a floor, so the remaining workers
@@ -562,15 +562,22 @@ def _decide_group(
     cap = _capacity(group)
     need = workers_needed(demand, cap) if demand else 0
     starting = sum(1 for w in group.workers if not w.deleting and (w.phase != "Running" or not w.ready))
-    add_workers = max(0, need - starting)
     hosts = max(1, group.num_of_hosts)
+    # replicas already asked for whose pods do not exist yet (KubeRay could not create them: quota,
+    # no free GPU) are in flight like starting ones: asking again would ratchet replicas up to
+    # maxReplicas, and a scale-down computed from such a replicas value would still lie above the
+    # pods that exist, so the operator would delete none of workersToDelete (one-host groups where
+    # queuepilot writes replicas; with the in-tree autoscaler the gap is Ray's own scale-up)
+    unmade = (max(0, current - sum(1 for w in group.workers if not w.deleting))
+              if hosts == 1 and not in_tree else 0)
+    add_workers = max(0, need - starting - unmade)
     if add_workers > 0:
         raw = current + math.ceil(add_workers / hosts)
         reason = R.PENDING_DEMAND
         msg = (f"{pending_bundles} pending Ray bundle(s) ({pending_gpus} GPUs) need {need} worker(s) of "
                f"{_shape_text(cap)}; {starting} starting")
     elif removable and hosts == 1:
-        raw = current - len(removable)
+        raw = current - unmade - len(removable)
         reason = R.IDLE_WORKERS_QUEUE_PRESSURE if pressure else R.IDLE_WORKERS
         what = "GPU" if gpu_group else "CPU"
         msg = (f"{len(removable)} worker(s) idle ({what} use under "
@@ -583,19 +590,23 @@ def _decide_group(
                     f"{policy.idle_gpu_utilization:.0%} for {policy.idle_window_seconds / 60:g}m "
                     f"(reclaim-idle-actors: their actors are killed): {', '.join(held[:10])}")
         if not pressure:
-            floor, detail = _utilization_floor(group, policy, current)
+            floor, detail = _utilization_floor(group, policy, current - unmade)
             if floor > raw:
-                raw = min(current, floor)
+                raw = min(current - unmade, floor)
                 reason = R.KEPT_FOR_UTILIZATION_TARGET
                 msg += f"; keeping {raw} for the utilization target ({detail})"
     elif infeasible:
-        raw = current
+        raw = current - max(0, unmade - max(0, need - starting))
         reason = R.INFEASIBLE_DEMAND
         msg = "no feasible pending demand; " + "; ".join(infeasible)
     else:
-        raw = current
+        # keep the unmade replicas pending demand still needs; drop the rest (they would start idle)
+        raw = current - max(0, unmade - max(0, need - starting))
         reason = R.WITHIN_TARGET
         msg = "no pending demand and no worker idle for the window"
+        if raw < current:
+            msg = (f"{current - raw} replica(s) never got a pod and no pending demand needs them; "
+                   f"replicas follow the {current - unmade} worker(s) that exist")
 
     # quota headroom (Kueue elastic): never ask for more than the ClusterQueue can admit
     if raw > current:
@@ -622,7 +633,7 @@ def _decide_group(
     if not in_tree:
         to_delete: tuple[str, ...] = ()
         if final < current:
-            to_delete = tuple(w.pod for w in removable[: current - final])
+            to_delete = tuple(w.pod for w in removable[: current - unmade - final])
         changed = final != current
         if changed:
             h = replace(h, scale_events=(*h.scale_events, (now, final - current)))
