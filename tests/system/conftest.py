@@ -82,7 +82,7 @@ def conditions(api: FakeApiServer, name: str, ns: str) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------ waiting
-async def eventually(check: Callable[[], Any], what: str, timeout: float = 15.0, interval: float = 0.1) -> Any:  # noqa: ASYNC109
+async def eventually(check: Callable[[], Any], what: str, timeout: float = 45.0, interval: float = 0.1) -> Any:  # noqa: ASYNC109
     """Poll ``check`` (sync or async) until it returns something truthy."""
     deadline = time.monotonic() + timeout
     last: Any = None

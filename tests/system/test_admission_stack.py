@@ -80,7 +80,7 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
         assert seen[0]["metric"]["reason"] == "FatalXid"
         t_seen = time.time()
         await eventually(lambda: read_after(cp, t_seen), "a GPU poll after Prometheus had the failure")
-        await eventually(lambda: _equals(flavor_gpus(cp, "unhealthy"), 1.0), "1 unhealthy GPU", timeout=3)
+        await eventually(lambda: _equals(flavor_gpus(cp, "unhealthy"), 1.0), "1 unhealthy GPU", timeout=15)
         assert await flavor_gpus(cp, "free") == 7.0
         assert await cp.metric("queuepilot_flavor_largest_free_block_gpus", flavor=FLAVOR) == 7.0
 

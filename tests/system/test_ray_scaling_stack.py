@@ -128,12 +128,12 @@ async def test_idle_ray_workers_scaled_down_by_name(fake_api: FakeApiServer, tmp
             # the controller reads per-worker GPU use through Prometheus (pod attribution)
             await eventually(lambda: _close(cp.metric("queuepilot_raycluster_gpu_utilization_ratio", namespace=NS,
                                                       raycluster=RC, group=GROUP), 0.3),
-                             "the group's mean GPU utilization (0.9 + 0 + 0) / 3", timeout=3)
+                             "the group's mean GPU utilization (0.9 + 0 + 0) / 3", timeout=15)
 
             def scaled() -> dict | None:
                 g = api.get(kw.RAY, "RayCluster", RC, NS)["spec"]["workerGroupSpecs"][0]
                 return g if g["replicas"] != 3 else None
-            group = await eventually(scaled, "the RayCluster patched down", timeout=15)
+            group = await eventually(scaled, "the RayCluster patched down", timeout=45)
             assert group["replicas"] == 1
             assert sorted(group["scaleStrategy"]["workersToDelete"]) == sorted(IDLE)
             assert (group["minReplicas"], group["maxReplicas"]) == (0, 4)  # untouched
