@@ -527,21 +527,27 @@ def parse_tasks(doc: Any) -> ItemList:
             continue
         if t.get("placement_group_id"):
             continue
-        _require("required_resources" in t, f"tasks[{i}]: no required_resources (detail=1 missing?)")
-        shape = _shape(t.get("required_resources") or {}, f"tasks[{i}].required_resources")
-        if not shape:
-            continue
-        selector = _labels(t.get("label_selector"), f"tasks[{i}].label_selector")
-        items.append(
-            PendingItem(
-                kind="task",
-                shape=frozen_map(shape),
-                label_selector=frozen_map(selector),
-                group=group_from_selector(selector),
-                created_at=_ms(t.get("creation_time_ms"), f"tasks[{i}].creation_time_ms"),
-            )
-        )
+        item = _pending_item(t, f"tasks[{i}]", "task",
+                             created_at=_ms(t.get("creation_time_ms"), f"tasks[{i}].creation_time_ms"))
+        if item is not None:
+            items.append(item)
     return ItemList(tuple(items), total, returned, warning)
+
+
+def _pending_item(row: Mapping[str, Any], where: str, kind: DemandKind, created_at: float | None = None) -> PendingItem | None:
+    """A pending task or actor row of the state API -> PendingItem (None when it asks for nothing)."""
+    _require("required_resources" in row, f"{where}: no required_resources (detail=1 missing?)")
+    shape = _shape(row.get("required_resources") or {}, f"{where}.required_resources")
+    if not shape:
+        return None
+    selector = _labels(row.get("label_selector"), f"{where}.label_selector")
+    return PendingItem(
+        kind=kind,
+        shape=frozen_map(shape),
+        label_selector=frozen_map(selector),
+        group=group_from_selector(selector),
+        created_at=created_at,
+    )
 
 
 def parse_actors(doc: Any) -> ItemList:
@@ -552,19 +558,9 @@ def parse_actors(doc: Any) -> ItemList:
         a = _dict(row, f"actors[{i}]")
         if a.get("state") != "PENDING_CREATION" or a.get("placement_group_id"):
             continue
-        _require("required_resources" in a, f"actors[{i}]: no required_resources (detail=1 missing?)")
-        shape = _shape(a.get("required_resources") or {}, f"actors[{i}].required_resources")
-        if not shape:
-            continue
-        selector = _labels(a.get("label_selector"), f"actors[{i}].label_selector")
-        items.append(
-            PendingItem(
-                kind="actor",
-                shape=frozen_map(shape),
-                label_selector=frozen_map(selector),
-                group=group_from_selector(selector),
-            )
-        )
+        item = _pending_item(a, f"actors[{i}]", "actor")
+        if item is not None:
+            items.append(item)
     return ItemList(tuple(items), total, returned, warning)
 
 
