@@ -1,5 +1,5 @@
 import sys
 
-from autoscaler.controller_cli import main
+from autoscaler.controller.cli import main
 
 sys.exit(main(sys.argv[1:]))

@@ -1,9 +1,9 @@
 """The controller's metric catalog (DESIGN.md "Metric contract", controller part).
 
-One table names every family the controller exposes; ``autoscaler/collector.py`` renders them
+One table names every family the controller exposes; ``autoscaler/controller/collector.py`` renders them
 from the latest ``ClusterSnapshot`` and the decision/self counters, dashboards and alerts import
 the names from here, and docs/metrics.md is generated from it.  Label values are bounded:
-reasons come from ``autoscaler.reasons``; there are no per-workload or per-task series.
+reasons come from ``autoscaler.core.reasons``; there are no per-workload or per-task series.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ WRITES_TOTAL = MetricSpec(
 )
 WEBHOOK_REVIEWS_TOTAL = MetricSpec(
     "queuepilot_webhook_reviews_total", "counter",
-    "AdmissionReviews answered by the queue-name webhook, by object kind and result (autoscaler.webhook.RESULTS).",
+    "AdmissionReviews answered by the queue-name webhook, by object kind and result (autoscaler.webhook.server.RESULTS).",
     "count", ("kind", "result"), "ALPHA", "queue-name webhook",
 )
 CACHE_OBJECTS = MetricSpec(

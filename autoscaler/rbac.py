@@ -8,9 +8,7 @@ The core API group is "".
 
 from __future__ import annotations
 
-KUEUE = "kueue.x-k8s.io"
-RAY = "ray.io"
-COORD = "coordination.k8s.io"
+from autoscaler.cluster.resources import COORD, KUEUE, RAY
 
 CONTROLLER_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
     {

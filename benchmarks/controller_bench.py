@@ -127,8 +127,8 @@ async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, 
     if with_reconcilers:
         entry = [sys.executable, "-m", "queuepilot", "controller"]
     else:  # the controller core alone: no deciders (their cost is reported by their own benchmark)
-        entry = [sys.executable, "-c", "import sys, autoscaler.reconcilers as r; r.build_reconcilers = lambda ctx: []; "
-                 "from autoscaler.controller_cli import main; sys.exit(main(sys.argv[1:]))"]
+        entry = [sys.executable, "-c", "import sys, autoscaler.controller.reconcilers as r; r.build_reconcilers = lambda ctx: []; "
+                 "from autoscaler.controller.cli import main; sys.exit(main(sys.argv[1:]))"]
     cmd = [*entry, "--kubeconfig", str(api.kubeconfig_path),
            "--listen", f"127.0.0.1:{port}", "--no-leader-elect", "--dry-run", "--log-level", "WARNING",
            "--prometheus-url", f"http://127.0.0.1:{prom_port}", "--gpu-poll-seconds", "15",
@@ -223,13 +223,13 @@ async def passes_in_process(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from autoscaler.controller import PARSERS
-    from autoscaler.counters import ControllerCounters
-    from autoscaler.reconciler import ControllerContext
-    from autoscaler.reconcilers import build_reconcilers
+    from autoscaler.cluster.views import object_key
+    from autoscaler.controller.context import ControllerContext
+    from autoscaler.controller.counters import ControllerCounters
+    from autoscaler.controller.loop import PARSERS
+    from autoscaler.controller.reconcilers import build_reconcilers
+    from autoscaler.controller.snapshot_builder import ClusterObjects, build_snapshot
     from autoscaler.signals.gpu import GpuReading, fold_series
-    from autoscaler.snapshot_builder import ClusterObjects, build_snapshot
-    from autoscaler.views import object_key
 
     now = time.time()
     views: dict[str, dict[str, Any]] = {k: {} for k in _KINDS.values()}

@@ -26,12 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoscaler.config import ControllerConfig
-from autoscaler.controller import Controller
-from autoscaler.kube.client import make_api_client
+from autoscaler.cluster.client import make_api_client
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.loop import Controller
+from autoscaler.core.snapshot import GpuState, PodKey, frozen_map
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.ray_parse import RayNodeInfo, RayStatus
-from autoscaler.snapshot import GpuState, PodKey, frozen_map
 from tests.decisions import kube_world as k
 from tests.fakeapi.server import FakeApiServer
 from tests.support import paths
@@ -166,9 +166,9 @@ async def scale_down(api: FakeApiServer, n: int) -> list[float]:
 def pure_policies(runs: int = 5) -> list[tuple[str, float]]:
     """The pure decision functions at DESIGN.md's scale: 2 000 GPU nodes, 50 000 workloads (500 of them
     waiting for our check), 2 000 opted-in RayClusters with 4 workers each."""
-    from autoscaler.policy.admission import AdmissionConfig, decide_admissions
-    from autoscaler.policy.ledger import Ledger
-    from autoscaler.policy.scaling import ScalingDefaults, decide_scaling, pending_gpu_workloads
+    from autoscaler.core.policy.admission import AdmissionConfig, decide_admissions
+    from autoscaler.core.policy.ledger import Ledger
+    from autoscaler.core.policy.scaling import ScalingDefaults, decide_scaling, pending_gpu_workloads
     from tests.decisions import builders as b
 
     nodes = [b.node(f"n{i}", requested=(i * 3) % 9) for i in range(2000)]

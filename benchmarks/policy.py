@@ -25,9 +25,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autoscaler.sim_report import plot_idle, plot_timeline, plot_wait_cdf  # noqa: E402
-from autoscaler.simulate import POLICIES, Engine, SimConfig  # noqa: E402
-from autoscaler.simulate_cli import default_trace, load_window  # noqa: E402
+from simulator.cli import default_trace, load_window  # noqa: E402
+from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
+from simulator.report import plot_idle, plot_timeline, plot_wait_cdf  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 HELIOS = "traces/helios/Earth_vc6YE/cluster_sequence_vc.csv"

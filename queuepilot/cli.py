@@ -14,11 +14,11 @@ import sys
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("exporter.cli", "node GPU exporter (DaemonSet): NVML / dcgm-exporter / simulated source"),
-    "controller": ("autoscaler.controller_cli", "the controller: AdmissionCheck, Ray worker-group scaler, webhook"),
+    "controller": ("autoscaler.controller.cli", "the controller: AdmissionCheck, Ray worker-group scaler, webhook"),
     "dashboards": ("dashboards.cli", "write the Grafana dashboards (JSON)"),
     "alerts": ("alerts.cli", "write the Prometheus alert rules (YAML)"),
-    "simulate": ("autoscaler.simulate_cli", "trace-driven simulation of policies and baselines"),
-    "demo": ("autoscaler.demo", "the whole system, simulated, in one process"),
+    "simulate": ("simulator.cli", "trace-driven simulation of policies and baselines"),
+    "demo": ("simulator.demo.app", "the whole system, simulated, in one process"),
 }
 
 

@@ -22,7 +22,7 @@ from kubernetes_asyncio.client import CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.act.outcome import WriteOutcome, error_kind
-from autoscaler.policy.scaling import GroupDecision
+from autoscaler.core.policy.scaling import GroupDecision
 
 log = logging.getLogger(__name__)
 

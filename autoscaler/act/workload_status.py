@@ -20,8 +20,8 @@ from kubernetes_asyncio.client import CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.act.outcome import WriteOutcome, error_kind, rfc3339
-from autoscaler.policy.admission import AdmissionDecision
-from autoscaler.snapshot import CHECK_PENDING, CHECK_RETRY
+from autoscaler.core.policy.admission import AdmissionDecision
+from autoscaler.core.snapshot import CHECK_PENDING, CHECK_RETRY
 
 log = logging.getLogger(__name__)
 

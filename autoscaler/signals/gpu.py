@@ -6,7 +6,7 @@ Two modes produce the same :class:`GpuReading` (chosen by ``--gpu-signal``):
   HTTP API;
 - ``scrape`` (``autoscaler.signals.gpu_scrape``): the controller scrapes the exporter pods.
 
-Both fold the four families below into one :class:`~autoscaler.snapshot.GpuState` per GPU, keyed
+Both fold the four families below into one :class:`~autoscaler.core.snapshot.GpuState` per GPU, keyed
 by node and GPU UUID (``Hostname``/``UUID`` on DCGM families, ``hostname``/``uuid`` on ours).  A failed poll keeps the last good reading with its old
 ``observed_at``, so the signal ages and turns stale (``SignalStatus``) instead of vanishing.
 """
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autoscaler.snapshot import GpuState, PodKey
+from autoscaler.core.snapshot import GpuState, PodKey
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"

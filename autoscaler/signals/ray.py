@@ -12,12 +12,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autoscaler.signals.gpu import error_kind
-from autoscaler.snapshot_builder import RayObservation
 
 log = logging.getLogger("queuepilot.ray")
+
+
+@dataclass(frozen=True, slots=True)
+class RayObservation:
+    """The last good Ray status of one RayCluster (``status``: a ``RayStatus``) and when it was read."""
+
+    status: Any = None
+    observed_at: float | None = None
+    error: str = ""  # bounded kind of the last failure, "" after a success
 
 
 class RayClient(Protocol):

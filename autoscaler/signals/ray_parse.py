@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from autoscaler.snapshot import DemandKind, RayDemand, ResourceMap, frozen_map
+from autoscaler.core.snapshot import DemandKind, RayDemand, ResourceMap, frozen_map
 
 EPSILON = 1e-9
 NODE_GROUP_LABEL = "ray.io/node-group"  # Ray sets it from RAY_NODE_TYPE_NAME = KubeRay's ray.io/group

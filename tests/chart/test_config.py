@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoscaler import config as controller_config
-from autoscaler.policy.config import AdmissionConfig, ScalingDefaults, admission_config, scaling_defaults
-from autoscaler.webhook import webhook_settings
+from autoscaler.controller import config as controller_config
+from autoscaler.core.policy.config import AdmissionConfig, ScalingDefaults, admission_config, scaling_defaults
+from autoscaler.webhook.server import webhook_settings
 from exporter import cli as exporter_cli
 from tests.chart.combos import COMBOS
 from tests.chart.helm import CHART, MAPPING, render
 
 pytestmark = pytest.mark.e2e
 
-# flags the controller engineer adds for the webhook (autoscaler/webhook.py start_webhook)
+# flags the controller engineer adds for the webhook (autoscaler/webhook/server.py start_webhook)
 WEBHOOK_FLAGS = ("--webhook-listen", "--webhook-cert-dir")
 
 

@@ -249,7 +249,7 @@ def test_cert_manager(helm: str) -> None:
 
 @pytest.mark.parametrize("helm", HELMS)
 def test_admission_check(helm: str) -> None:
-    from autoscaler.policy.config import DEFAULT_CONTROLLER_NAME
+    from autoscaler.core.policy.config import DEFAULT_CONTROLLER_NAME
 
     ac = render(helm).one("AdmissionCheck")
     assert ac["apiVersion"] == "kueue.x-k8s.io/v1beta2"

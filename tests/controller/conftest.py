@@ -10,9 +10,9 @@ from typing import Any
 
 import aiohttp
 
-from autoscaler.config import ControllerConfig
-from autoscaler.controller import Controller
-from autoscaler.kube.client import make_api_client
+from autoscaler.cluster.client import make_api_client
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.loop import Controller
 from autoscaler.signals.gpu import GpuReading
 from tests.controller.exporter_stub import answers
 from tests.fakeapi.plugin import fake_api, kube_client

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoscaler import views
-from autoscaler.snapshot_builder import ClusterObjects
+from autoscaler.cluster import views
+from autoscaler.controller.snapshot_builder import ClusterObjects
 from tests.controller import objects as o
 
 NOW = 1_000_000.0

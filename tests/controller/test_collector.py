@@ -7,12 +7,12 @@ import dataclasses
 from prometheus_client import CollectorRegistry, generate_latest
 
 from autoscaler import metrics as m
-from autoscaler.collector import CacheStats, ControllerCollector
-from autoscaler.counters import ControllerCounters
-from autoscaler.queue_wait import new_admissions
-from autoscaler.reconciler import Published
-from autoscaler.snapshot import RayDemand
-from autoscaler.snapshot_builder import RayObservation
+from autoscaler.controller.collector import CacheStats, ControllerCollector
+from autoscaler.controller.context import Published
+from autoscaler.controller.counters import ControllerCounters
+from autoscaler.core.queue_wait import new_admissions
+from autoscaler.core.snapshot import RayDemand
+from autoscaler.signals.ray import RayObservation
 from tests.controller import scenario
 from tests.controller.test_snapshot_builder import FakeRayStatus, build
 from tests.support.prometheus import promtool

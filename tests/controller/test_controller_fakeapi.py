@@ -6,9 +6,9 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscaler.core.snapshot import GpuState
 from autoscaler.rbac import CONTROLLER_API_CALLS
 from autoscaler.signals.gpu import GpuReading
-from autoscaler.snapshot import GpuState
 from tests.controller import objects as o
 from tests.controller import scenario
 from tests.controller.conftest import StaticGpu, eventually, http_get, running_controller
@@ -105,9 +105,9 @@ async def test_reconcilers_run_on_events_and_their_failures_are_contained(fake_a
         async def reconcile(self, snapshot, now):
             seen.append(len(snapshot.workloads))
 
-    from autoscaler.config import ControllerConfig  # noqa: F401  (documented type of the config)
-    from autoscaler.controller import Controller
-    from autoscaler.kube.client import make_api_client
+    from autoscaler.cluster.client import make_api_client
+    from autoscaler.controller.config import ControllerConfig  # noqa: F401  (documented type of the config)
+    from autoscaler.controller.loop import Controller
     from tests.controller.conftest import StubRay, config_for
 
     config = config_for(fake_api, resync_seconds=30.0)

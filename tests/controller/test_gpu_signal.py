@@ -9,9 +9,9 @@ from collections import Counter
 import aiohttp
 import pytest
 
+from autoscaler.core.snapshot import PodKey
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
-from autoscaler.snapshot import PodKey
 from tests.support.prometheus import run_prometheus
 
 

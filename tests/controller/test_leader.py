@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from autoscaler.controller import Controller
-from autoscaler.kube.client import make_api_client
-from autoscaler.leader import LEADER, OTHER, LeaderElector, lease_holder
+from autoscaler.cluster.client import make_api_client
+from autoscaler.controller.leader import LEADER, OTHER, LeaderElector, lease_holder
+from autoscaler.controller.loop import Controller
 from autoscaler.rbac import CONTROLLER_API_CALLS
 from tests.controller.conftest import StaticGpu, StubRay, config_for, eventually, http_get, running_controller
 

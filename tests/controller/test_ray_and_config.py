@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from autoscaler.config import ConfigError, parse_config
+from autoscaler.controller.config import ConfigError, parse_config
+from autoscaler.core.snapshot import RayDemand
 from autoscaler.signals.ray import RaySignals
-from autoscaler.snapshot import RayDemand
 from tests.controller import objects as o
 from tests.controller.conftest import StubRay, eventually, http_get, running_controller
 from tests.support.paths import REPO
@@ -175,7 +175,7 @@ async def test_sigterm_releases_the_lease_and_exits_0(fake_api, tmp_path):
 
 
 async def test_controller_serves_the_queue_name_webhook(fake_api, tmp_path):
-    """--webhook-listen/--webhook-cert-dir: every replica serves autoscaler.webhook over TLS."""
+    """--webhook-listen/--webhook-cert-dir: every replica serves autoscaler.webhook.server over TLS."""
     import base64
     import json
     import ssl

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoscaler.controller.snapshot_builder import BuildConfig, build_snapshot
+from autoscaler.core.snapshot import GpuState, PodKey, RayDemand
 from autoscaler.signals.gpu import GpuReading
-from autoscaler.snapshot import GpuState, PodKey, RayDemand
-from autoscaler.snapshot_builder import BuildConfig, RayObservation, build_snapshot
+from autoscaler.signals.ray import RayObservation
 from tests.controller import scenario
 
 

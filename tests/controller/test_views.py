@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from autoscaler import views
-from autoscaler.snapshot import GPU_RESOURCE
+from autoscaler.cluster import views
+from autoscaler.core.snapshot import GPU_RESOURCE
 from tests.controller import objects as o
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from autoscaler.kube.cache import Backoff
+from autoscaler.cluster.cache import Backoff
 from tests.controller import objects as o
 from tests.controller.conftest import eventually, running_controller
 
@@ -144,11 +144,11 @@ async def test_a_cache_on_its_own_with_the_iteration_hook(fake_api):
     """WatchCache.run(iterations=n): n list-or-watch steps, then it returns (no infinite loop in tests)."""
     from prometheus_client import CollectorRegistry
 
-    from autoscaler.counters import ControllerCounters
-    from autoscaler.kube.cache import WatchCache
-    from autoscaler.kube.client import make_api_client
-    from autoscaler.kube.resources import NODES
-    from autoscaler.views import node_view
+    from autoscaler.cluster.cache import WatchCache
+    from autoscaler.cluster.client import make_api_client
+    from autoscaler.cluster.resources import NODES
+    from autoscaler.cluster.views import node_view
+    from autoscaler.controller.counters import ControllerCounters
 
     fake_api.create(o.node("n1"))
     changes: list[str] = []

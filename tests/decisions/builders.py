@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from autoscaler.snapshot import (
+from autoscaler.core.snapshot import (
     GPU_RESOURCE,
     AdmissionCheckObj,
     CheckState,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.counters import ControllerCounters
-from autoscaler.reconciler import ControllerContext
+from autoscaler.controller.context import ControllerContext
+from autoscaler.controller.counters import ControllerCounters
 from tests.decisions.kube_world import World
 
 

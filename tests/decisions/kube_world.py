@@ -14,10 +14,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from autoscaler.controller.snapshot_builder import BuildConfig, build_snapshot
+from autoscaler.core.snapshot import ClusterSnapshot, GpuState, PodKey, RayDemand, frozen_map
 from autoscaler.signals.gpu import GpuReading
+from autoscaler.signals.ray import RayObservation
 from autoscaler.signals.ray_parse import RayNodeInfo, RayStatus
-from autoscaler.snapshot import ClusterSnapshot, GpuState, PodKey, RayDemand, frozen_map
-from autoscaler.snapshot_builder import BuildConfig, RayObservation, build_snapshot
 from tests.controller.scenario import PARSE, cluster_objects
 
 KUEUE = "kueue.x-k8s.io/v1beta2"

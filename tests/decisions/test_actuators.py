@@ -3,13 +3,13 @@ content types, Events that never block, malformed annotations."""
 
 from __future__ import annotations
 
-from autoscaler import reasons as R
 from autoscaler.act.events import EventSink, ObjectRef
 from autoscaler.act.raycluster_patch import patch_group, patch_ops
 from autoscaler.act.workload_status import write_check_state
-from autoscaler.policy.admission import AdmissionDecision
-from autoscaler.policy.scaling import GroupDecision
-from autoscaler.reconcile_scaling import ScalingReconciler
+from autoscaler.controller.scaling import ScalingReconciler
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.admission import AdmissionDecision
+from autoscaler.core.policy.scaling import GroupDecision
 from tests.decisions import kube_world as k
 
 T0 = 100_000.0
@@ -135,7 +135,7 @@ async def test_malformed_annotation_becomes_a_warning_event_once(fake_api, world
 
 
 async def test_a_failed_status_write_is_counted_and_gives_back_the_promise(fake_api, world, make_ctx):
-    from autoscaler.reconcile_admission import AdmissionReconciler
+    from autoscaler.controller.admission import AdmissionReconciler
 
     world.add(k.flavor("a100"), k.cluster_queue("cq-a", {"a100": 8}), k.local_queue("lq-a", "team-a", "cq-a"),
               k.admission_check(), k.node("n0"))

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler import reasons as R
-from autoscaler.policy.admission import AdmissionConfig, decide_admissions, rebuild_ledger
-from autoscaler.policy.ledger import Ledger, release
-from autoscaler.snapshot import CheckState
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.admission import AdmissionConfig, decide_admissions, rebuild_ledger
+from autoscaler.core.policy.ledger import Ledger, release
+from autoscaler.core.snapshot import CheckState
 from tests.decisions.builders import CHECK, NOW, node, snapshot, workload
 
 CFG = AdmissionConfig()
@@ -223,7 +223,7 @@ def test_same_inputs_same_decisions():
 
 
 def test_config_from_settings_and_errors():
-    from autoscaler.policy.config import admission_config
+    from autoscaler.core.policy.config import admission_config
 
     c = admission_config({"admission": {"stale_signal_mode": "hold", "retry_backoff_base": "1m",
                                         "reservation_timeout": "15m", "max_retries": 5}})

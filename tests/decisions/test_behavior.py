@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler import reasons as R
-from autoscaler.policy.behavior import (
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.behavior import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     ScalingPolicy,

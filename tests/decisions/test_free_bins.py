@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.policy.packing import Bin, FreeBins, PodShape, pack
+from autoscaler.core.policy.packing import Bin, FreeBins, PodShape, pack
 
 nodes = st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_size=12)
 shape = st.builds(

@@ -7,10 +7,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.policy.admission import AdmissionConfig, decide_admissions
-from autoscaler.policy.ledger import Ledger
-from autoscaler.policy.scaling import GroupHistory, ScalingDefaults, decide_scaling
-from autoscaler.snapshot import frozen_map
+from autoscaler.core.policy.admission import AdmissionConfig, decide_admissions
+from autoscaler.core.policy.ledger import Ledger
+from autoscaler.core.policy.scaling import GroupHistory, ScalingDefaults, decide_scaling
+from autoscaler.core.snapshot import frozen_map
 from tests.decisions.builders import NOW, gpu_demand, group, node, ray_cluster, snapshot, worker, workload
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,7 +9,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.policy.scaling import pending_gpu_workloads, queue_pressure
+from autoscaler.core.policy.scaling import pending_gpu_workloads, queue_pressure
 from tests.decisions import builders as b
 
 NOW = b.NOW

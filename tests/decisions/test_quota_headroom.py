@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler import reasons as R
-from autoscaler.policy.config import ScalingDefaults
-from autoscaler.policy.quota import admittable_gpus, cohort_totals
-from autoscaler.policy.scaling import decide_scaling
-from autoscaler.sim_kueue import SimClusterQueue, SimKueue
-from autoscaler.snapshot import ClusterQueueState, frozen_map
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.config import ScalingDefaults
+from autoscaler.core.policy.quota import admittable_gpus, cohort_totals
+from autoscaler.core.policy.scaling import decide_scaling
+from autoscaler.core.snapshot import ClusterQueueState, frozen_map
+from simulator.kueue import SimClusterQueue, SimKueue
 from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from autoscaler import reasons as R
+from autoscaler.core import reasons as R
 
 
 def test_reasons_are_unique_camelcase_constants(repo_root):

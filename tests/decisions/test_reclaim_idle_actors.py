@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler import reasons as R
-from autoscaler.policy.annotations import policy_from_annotations
-from autoscaler.policy.config import ScalingDefaults, scaling_defaults
-from autoscaler.policy.scaling import GroupHistory, decide_scaling
-from autoscaler.snapshot import frozen_map
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.annotations import policy_from_annotations
+from autoscaler.core.policy.config import ScalingDefaults, scaling_defaults
+from autoscaler.core.policy.scaling import GroupHistory, decide_scaling
+from autoscaler.core.snapshot import frozen_map
 from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker, workload
 
 ON = {"queuepilot.io/reclaim-idle-actors": "true"}

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler import reasons as R
-from autoscaler.policy.config import ScalingDefaults, scaling_defaults
-from autoscaler.policy.scaling import GroupHistory, decide_scaling, workers_needed
-from autoscaler.snapshot import ClusterQueueState, frozen_map
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.config import ScalingDefaults, scaling_defaults
+from autoscaler.core.policy.scaling import GroupHistory, decide_scaling, workers_needed
+from autoscaler.core.snapshot import ClusterQueueState, frozen_map
 from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker, workload
 
 D = ScalingDefaults()

@@ -6,11 +6,11 @@ controller's own, fed with snapshots built by the controller's views + build_sna
 
 from __future__ import annotations
 
-from autoscaler import reasons as R
+from autoscaler.controller.admission import AdmissionReconciler
+from autoscaler.controller.reconcilers import build_reconcilers
+from autoscaler.controller.scaling import ScalingReconciler
+from autoscaler.core import reasons as R
 from autoscaler.rbac import CONTROLLER_API_CALLS
-from autoscaler.reconcile_admission import AdmissionReconciler
-from autoscaler.reconcile_scaling import ScalingReconciler
-from autoscaler.reconcilers import build_reconcilers
 from tests.decisions import kube_world as k
 
 T0 = 100_000.0
@@ -243,11 +243,11 @@ async def test_event_driven_in_the_real_controller_loop(fake_api, world):
     import asyncio
     import time
 
-    from autoscaler.config import ControllerConfig
-    from autoscaler.controller import Controller
-    from autoscaler.kube.client import make_api_client
+    from autoscaler.cluster.client import make_api_client
+    from autoscaler.controller.config import ControllerConfig
+    from autoscaler.controller.loop import Controller
+    from autoscaler.core.snapshot import GpuState
     from autoscaler.signals.gpu import GpuReading
-    from autoscaler.snapshot import GpuState
 
     class FreshGpus:
         name = "gpu"
@@ -288,8 +288,8 @@ async def test_without_an_api_client_nothing_is_written():
     """The demo/simulator may run the reconcilers without a cluster: they decide and publish only."""
     from prometheus_client import CollectorRegistry
 
-    from autoscaler.counters import ControllerCounters
-    from autoscaler.reconciler import ControllerContext
+    from autoscaler.controller.context import ControllerContext
+    from autoscaler.controller.counters import ControllerCounters
     from tests.decisions import builders as b
 
     registry = CollectorRegistry()

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler import reasons as R
-from autoscaler.policy.config import ScalingDefaults
-from autoscaler.policy.scaling import GroupHistory, decide_scaling
-from autoscaler.snapshot import frozen_map
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.config import ScalingDefaults
+from autoscaler.core.policy.scaling import GroupHistory, decide_scaling
+from autoscaler.core.snapshot import frozen_map
 from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker
 
 LONG_AGO = NOW - 3600

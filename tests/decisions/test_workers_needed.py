@@ -8,8 +8,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.policy.config import ScalingDefaults
-from autoscaler.policy.scaling import decide_scaling, workers_needed
+from autoscaler.core.policy.config import ScalingDefaults
+from autoscaler.core.policy.scaling import decide_scaling, workers_needed
 from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker
 
 KEYS = ("GPU", "CPU")

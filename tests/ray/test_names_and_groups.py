@@ -6,8 +6,8 @@ import pytest
 from ray.dashboard.utils import to_camel_case as ray_to_camel_case
 from ray.dashboard.utils import to_google_style
 
+from autoscaler.core.snapshot import RayDemand
 from autoscaler.signals import ray_parse as rp
-from autoscaler.snapshot import RayDemand
 
 NAMES = [
     "CPU",

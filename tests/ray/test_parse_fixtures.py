@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 import pytest
 
+from autoscaler.core.snapshot import RayDemand
 from autoscaler.signals import ray_parse as rp
-from autoscaler.snapshot import RayDemand
 
 V1_NODE = "a16ccebcc6f2e8100417393baeee43c935e3497bbc614837982b941d"
 V2_NODE = "025d26f09e10aa69c5eef5e4872f1de9cfca6d10838267c433d48969"

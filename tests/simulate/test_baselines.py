@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoscaler.sim_baselines import (
+from simulator.baselines import (
     GroupView,
     KedaScaler,
     OracleScaler,
@@ -16,8 +16,8 @@ from autoscaler.sim_baselines import (
     ray_idle_workers,
     ray_launch_count,
 )
-from autoscaler.sim_workload import Job
-from autoscaler.simulate import Engine, SimConfig
+from simulator.engine import Engine, SimConfig
+from simulator.workload import Job
 
 
 # --- 4a HPA: desired = ceil(current * metric / target), no change within tolerance 0.1 ------------------

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.sim_cluster import SimCluster
-from autoscaler.sim_kueue import RESERVED, SimClusterQueue, SimKueue, SimWorkload
-from autoscaler.sim_workload import Job, SyntheticParams, synthetic
-from autoscaler.simulate import POLICIES, Engine, SimConfig
+from simulator.cluster import SimCluster
+from simulator.engine import POLICIES, Engine, SimConfig
+from simulator.kueue import RESERVED, SimClusterQueue, SimKueue, SimWorkload
+from simulator.workload import Job, SyntheticParams, synthetic
 
 TEAMS = ("team-a", "team-b", "team-c")
 
@@ -103,8 +103,8 @@ def test_queuepilot_runs_the_real_decision_functions():
     e = Engine(_small_jobs(6.0), 6 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS))
     e.run()
     adm, sc = e.policy.admission, e.policy.scaling
-    from autoscaler.policy.admission import AdmissionDecision
-    from autoscaler.policy.scaling import GroupDecision
+    from autoscaler.core.policy.admission import AdmissionDecision
+    from autoscaler.core.policy.scaling import GroupDecision
 
     assert sc.last and all(isinstance(d, GroupDecision) for d in sc.last)
     assert all(isinstance(d, AdmissionDecision) for d in adm.last)

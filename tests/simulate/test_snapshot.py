@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.sim_workload import SyntheticParams, synthetic
-from autoscaler.simulate import Engine, SimConfig
+from simulator.engine import Engine, SimConfig
+from simulator.workload import SyntheticParams, synthetic
 
 TEAMS = ("team-a", "team-b")
 

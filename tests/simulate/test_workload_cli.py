@@ -9,9 +9,9 @@ from datetime import datetime
 
 import pytest
 
-from autoscaler.sim_metrics import CONTRACT_KEYS
-from autoscaler.sim_workload import OTHER_TEAM, VC_TEAMS, load_philly, synthetic
-from autoscaler.simulate_cli import main
+from simulator.cli import main
+from simulator.metrics import CONTRACT_KEYS
+from simulator.workload import OTHER_TEAM, VC_TEAMS, load_philly, synthetic
 
 
 def test_philly_window_and_team_mapping(shared_dir):

@@ -7,7 +7,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from autoscaler.webhook import cert_paths, start_webhook
+from autoscaler.webhook.server import cert_paths, start_webhook
 from tests.support.ports import free_port
 from tests.webhook.certs import Pki, make_pki
 

@@ -18,7 +18,7 @@ import jsonpatch
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from autoscaler.webhook import (
+from autoscaler.webhook.server import (
     BAD_REQUEST,
     LABEL_PRESENT,
     LABELED,

@@ -1,0 +1,136 @@
+"""The AdmissionCheck reconciler: Active condition, ledger, pure admission policy, status writes.
+
+Per pass (the controller runs one soon after any watch event, so a check that turns Pending is
+decided within the next pass, plus a periodic resync):
+
+1. ``Active=True`` on every AdmissionCheck of our controllerName that is not active;
+2. the reservation ledger is released against the snapshot (``policy.ledger.release``); on the
+   first pass, and after a gap longer than ``leader_gap_seconds`` without passes (we were not the
+   leader), it is rebuilt from the workloads whose check of ours is Ready
+   (``policy.admission.rebuild_ledger``) — the previous leader's promises are not lost;
+3. ``decide_admissions`` (pure), then one guarded server-side apply per decision
+   (``act.workload_status``), at most ``write_concurrency`` at a time;
+4. for each decision written: ``admission_decisions_total{cluster_queue,state,reason}``,
+   ``admission_decision_seconds`` (now - QuotaReserved), an Event on the Workload (Warning for
+   Retry/Rejected/hold, Normal for Ready), a line in ``published.last_decisions``; the ledger is
+   published as ``reserved_gpus`` per flavor.  A decision that could not be written (guards failed
+   on the fresh read, conflict, error) gives back its reservation / retry count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+
+from autoscaler.act.admissioncheck_status import ensure_active
+from autoscaler.act.events import EventSink, ObjectRef
+from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.workload_status import write_check_state
+from autoscaler.controller.context import ControllerContext
+from autoscaler.core.policy.admission import AdmissionDecision, decide_admissions, rebuild_ledger
+from autoscaler.core.policy.config import admission_config
+from autoscaler.core.policy.ledger import Ledger, release
+from autoscaler.core.snapshot import CHECK_READY, CHECK_RETRY, ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+MAX_DECISION_LINES = 50
+YIELD_EVERY = 500  # decisions accounted between two yields to the event loop
+
+
+def remember(ctx: ControllerContext, line: str) -> None:
+    """Append a human-readable decision line for the TUI (bounded)."""
+    lines = ctx.published.last_decisions
+    lines.append(line)
+    del lines[:-MAX_DECISION_LINES]
+
+
+class AdmissionReconciler:
+    name = "admission"
+
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        events: EventSink | None = None,
+        *,
+        write_concurrency: int = 8,
+        leader_gap_seconds: float = 120.0,
+    ) -> None:
+        self.ctx = ctx
+        self.config = replace(admission_config(ctx.settings), controller_name=ctx.controller_name)
+        # without an API client (demo, simulator) nothing can be written: behave as in dry-run
+        self.dry_run = ctx.dry_run or ctx.api_client is None
+        self.events = events or EventSink(ctx.api_client, ctx.counters, dry_run=self.dry_run)
+        self.ledger: Ledger | None = None
+        self.history: dict[str, int] = {}
+        self.leader_gap_seconds = leader_gap_seconds
+        self._last_pass: float | None = None
+        self._sem = asyncio.Semaphore(write_concurrency)
+        self._activated: dict[str, float] = {}
+        self.outcomes: list[tuple[AdmissionDecision, WriteOutcome]] = []  # last pass's, for tests/bench
+
+    async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
+        await self._keep_active(snapshot, now)
+        gap = self._last_pass is None or now - self._last_pass > self.leader_gap_seconds
+        self._last_pass = now
+        if self.ledger is None or gap:
+            self.ledger = rebuild_ledger(snapshot, self.config, now)
+        ledger = release(self.ledger, snapshot, now, self.config.reservation_timeout_seconds)
+        result = decide_admissions(snapshot, ledger, self.history, self.config, now)
+        self.ledger, self.history = result.ledger, dict(result.history)
+        outcomes = await asyncio.gather(*(self._write(d, now) for d in result.decisions))
+        self.outcomes = list(zip(result.decisions, outcomes, strict=True))
+        for i, (d, outcome) in enumerate(self.outcomes):
+            if i and i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a pass with many decisions must not hold the event loop
+            self._account(d, outcome, now)
+        self.ctx.published.reserved_gpus = self.ledger.promised_by_flavor()
+
+    async def _keep_active(self, snapshot: ClusterSnapshot, now: float) -> None:
+        for name, ac in sorted(snapshot.admission_checks.items()):
+            if ac.controller_name != self.config.controller_name or ac.active:
+                continue
+            if now - self._activated.get(name, float("-inf")) < 5.0:
+                continue  # our write is on its way through the watch; don't repeat it every pass
+            self._activated[name] = now
+            outcome = await ensure_active(self.ctx.api_client, name, field_manager=self.config.controller_name,
+                                          now=now, counters=self.ctx.counters, dry_run=self.dry_run)
+            if outcome.result in ("written", "dry_run"):
+                remember(self.ctx, f"AdmissionCheck {name}: set Active=True")
+
+    async def _write(self, d: AdmissionDecision, now: float) -> WriteOutcome:
+        async with self._sem:
+            try:
+                return await write_check_state(
+                    self.ctx.api_client, d, field_manager=self.config.controller_name, now=now,
+                    counters=self.ctx.counters, dry_run=self.dry_run,
+                )
+            except Exception as exc:  # never let one workload break the pass
+                log.exception("writing %s for %s failed", d.state, d.workload)
+                return WriteOutcome("error", type(exc).__name__)
+
+    def _account(self, d: AdmissionDecision, outcome: WriteOutcome, now: float) -> None:
+        if outcome.result not in ("written", "dry_run"):
+            if outcome.result != "unchanged" and self.ledger is not None and d.state == CHECK_READY \
+                    and outcome.detail != "not_pending":
+                self.ledger = self.ledger.without(d.workload)
+            if d.state == CHECK_RETRY and outcome.result != "unchanged" and self.history.get(d.workload):
+                self.history[d.workload] -= 1
+            return
+        if d.state is not None:
+            self.ctx.counters.admission_decisions.labels(
+                cluster_queue=d.cluster_queue or "", state=d.state, reason=d.reason).inc()
+            if d.quota_reserved_at is not None:
+                self.ctx.counters.admission_decision_seconds.observe(max(0.0, now - d.quota_reserved_at))
+        ref = ObjectRef("kueue.x-k8s.io/v1beta2", "Workload", d.namespace, d.name, d.uid)
+        etype = "Normal" if d.state == CHECK_READY else "Warning"
+        self.events.post(ref, etype, d.reason, f"{d.check}: {d.state or 'Pending'}: {d.message}", now)
+        line = f"{d.workload} [{d.cluster_queue}] {d.state or 'Pending'} {d.reason}: {d.message}"
+        if outcome.result == "dry_run":
+            line = "(dry-run) " + line
+        remember(self.ctx, line)
+        log.info("admission %s", line)
+
+    async def close(self) -> None:
+        await self.events.close()

@@ -1,0 +1,56 @@
+"""The seam between the controller loop (cluster view, signals, snapshot) and the deciders.
+
+The controller builds one ``ClusterSnapshot`` per pass -- periodically (resync) and soon after
+any watch event (event-driven) -- and, while it is the leader, hands it to every ``Reconciler``
+from ``autoscaler.controller.reconcilers.build_reconcilers``.  A reconciler runs the pure policy and then
+its actuator (the one write), and publishes what the metrics collector should show in
+``ControllerContext.published``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from autoscaler.controller.counters import ControllerCounters
+from autoscaler.core.snapshot import ClusterSnapshot
+
+# (namespace, raycluster, group)
+GroupKey = tuple[str, str, str]
+
+
+@dataclass
+class Published:
+    """Values the deciders publish for the metrics collector (rendered per scrape)."""
+
+    desired_replicas: dict[GroupKey, int] = field(default_factory=dict)
+    idle_gpus: dict[GroupKey, int] = field(default_factory=dict)
+    reserved_gpus: dict[str, int] = field(default_factory=dict)  # flavor -> GPUs promised by the ledger
+    last_decisions: list[str] = field(default_factory=list)  # newest last, human-readable, bounded
+
+
+@dataclass
+class ControllerContext:
+    """What a reconciler gets at construction: the API client, the config and the shared registry."""
+
+    api_client: Any  # kubernetes_asyncio.client.ApiClient (None in the demo/simulator)
+    registry: CollectorRegistry
+    counters: ControllerCounters
+    dry_run: bool = False
+    # Parsed configuration file (YAML) sections, e.g. {"admission": {...}, "scaling": {...}, "webhook": {...}}
+    settings: dict[str, Any] = field(default_factory=dict)
+    published: Published = field(default_factory=Published)
+    controller_name: str = "queuepilot.io/gpu-capacity"
+    field_manager: str = "queuepilot"
+    # callable(signal_name) -> None: ask the controller for a pass soon (e.g. after a write)
+    request_pass: Any = None
+
+
+class Reconciler(Protocol):
+    name: str
+
+    async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
+        """Decide on ``snapshot`` (pure policy) and act (the one write). Must never raise for bad data."""
+        ...

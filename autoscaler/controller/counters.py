@@ -1,0 +1,42 @@
+"""Event-driven controller metrics (counters and histograms), created from the catalog.
+
+Gauges that describe the cluster are rendered per scrape from the latest snapshot by
+``autoscaler.controller.collector``; what happens *between* snapshots (decisions, writes, errors, watch
+restarts, admissions observed) is counted here.  One instance per process, on a private registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from autoscaler import metrics as m
+from exporter.metrics import MetricSpec
+
+
+def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+    return Counter(spec.name, spec.help, labelnames=spec.labels, registry=registry)
+
+
+def _histogram(spec: MetricSpec, registry: CollectorRegistry, buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(spec.name, spec.help, labelnames=spec.labels, buckets=buckets, registry=registry)
+
+
+class ControllerCounters:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.queue_wait = _histogram(m.QUEUE_WAIT_SECONDS, registry, m.WAIT_BUCKETS)
+        self.admission_decisions = _counter(m.ADMISSION_DECISIONS_TOTAL, registry)
+        self.admission_decision_seconds = _histogram(m.ADMISSION_DECISION_SECONDS, registry, m.DECISION_BUCKETS)
+        self.scale_decisions = _counter(m.SCALE_DECISIONS_TOTAL, registry)
+        self.reconcile_seconds = _histogram(m.RECONCILE_SECONDS, registry, m.RECONCILE_BUCKETS)
+        self.watch_restarts = _counter(m.WATCH_RESTARTS_TOTAL, registry)
+        self.source_errors = _counter(m.SOURCE_ERRORS_TOTAL, registry)
+        self.write_errors = _counter(m.WRITE_ERRORS_TOTAL, registry)
+        self.writes = _counter(m.WRITES_TOTAL, registry)
+        self.webhook_reviews = _counter(m.WEBHOOK_REVIEWS_TOTAL, registry)
+
+    # the cluster layer's WatchReporter: caches report through these, never touching the metrics
+    def watch_restarted(self, resource: str) -> None:
+        self.watch_restarts.labels(resource=resource).inc()
+
+    def source_error(self, source: str, kind: str) -> None:
+        self.source_errors.labels(source=source, kind=kind).inc()

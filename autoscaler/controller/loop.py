@@ -1,0 +1,417 @@
+"""The controller process: watch caches, signal pollers, leader election, the pass loop, the HTTP server.
+
+A *pass* builds one ``ClusterSnapshot`` from the caches and signals and, on the leader only, hands
+it to every reconciler from ``autoscaler.controller.reconcilers.build_reconcilers`` (each one's exceptions
+are caught, logged and counted, so one broken decider never stops the others).  Passes run every
+``--resync-seconds`` and ``--debounce-seconds`` after any watch event or signal refresh, so a
+Workload whose check turns Pending is decided in the next pass, not at the next resync.
+No pass acts before every cache has synced.
+
+Every replica serves ``/metrics``, ``/healthz`` (the loop is alive) and ``/readyz`` (200 once all
+caches have synced).  ``stop()`` (SIGTERM) ends the watches, releases the Lease and closes sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from autoscaler.cluster import resources as res
+from autoscaler.cluster.cache import WatchCache
+from autoscaler.cluster.client import request_json
+from autoscaler.cluster.views import (
+    EMPTY,
+    admission_check_view,
+    cluster_queue_view,
+    local_queue_view,
+    node_view,
+    object_key,
+    pod_view,
+    ray_cluster_view,
+    resource_flavor_view,
+    workload_view,
+)
+from autoscaler.controller import reconcilers as reconcilers_module
+from autoscaler.controller.collector import CacheStats, ControllerCollector
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.context import ControllerContext, Published, Reconciler
+from autoscaler.controller.counters import ControllerCounters
+from autoscaler.controller.leader import LeaderElector
+from autoscaler.controller.snapshot_builder import BuildConfig, ClusterObjects, build_snapshot
+from autoscaler.core.queue_wait import new_admissions
+from autoscaler.core.snapshot import ClusterSnapshot
+from autoscaler.signals.gpu import GpuReading
+from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
+from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
+from autoscaler.signals.ray import RayClient, RaySignals
+
+log = logging.getLogger("queuepilot.controller")
+
+
+def _pod(obj: Any) -> Any:
+    v = pod_view(obj)
+    return None if v.terminal else v
+
+
+PARSERS: dict[str, Callable[[Any], Any]] = {
+    "workloads": workload_view,
+    "clusterqueues": cluster_queue_view,
+    "localqueues": local_queue_view,
+    "resourceflavors": resource_flavor_view,
+    "admissionchecks": admission_check_view,
+    "rayclusters": ray_cluster_view,
+    "rayjobs": object_key,  # only counted; Kueue's Workload carries what we need of a RayJob
+    "nodes": node_view,
+    "pods": _pod,
+    "pods-ray": _pod,
+    "pods-kueue": _pod,
+}
+
+
+class _NoGpuSignal:
+    name = "gpu"
+    reading = GpuReading()
+
+    async def poll(self, now: float) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class Controller:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        api: ApiClient | None,
+        *,
+        clock: Callable[[], float] = time.time,
+        gpu_signal: Any = None,
+        ray_client: RayClient | None = None,
+        session: aiohttp.ClientSession | None = None,
+        build_reconcilers: Callable[[ControllerContext], list[Reconciler]] | None = None,
+    ) -> None:
+        self.config = config
+        self.api = api
+        self.clock = clock
+        self.started_at = clock()
+        self.registry = CollectorRegistry()
+        self.counters = ControllerCounters(self.registry)
+        self.published = Published()
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._session = session
+        self._own_session = session is None
+        self.snapshot: ClusterSnapshot | None = None
+        self._previous: ClusterSnapshot | None = None
+        self.passes = 0
+        self.context = ControllerContext(
+            api_client=api,
+            registry=self.registry,
+            counters=self.counters,
+            dry_run=config.dry_run,
+            settings=dict(config.settings),
+            published=self.published,
+            request_pass=self.request_pass,
+        )
+        self.caches: dict[str, WatchCache[Any]] = {
+            spec.name: WatchCache(api, spec, PARSERS[spec.name], self.counters, on_change=self.request_pass, clock=clock)
+            for spec in res.watched_resources(config.pods)
+        }
+        self.leader: LeaderElector | None = None
+        if config.leader_elect and api is not None:
+            self.leader = LeaderElector(
+                api, config.lease_namespace, config.lease_name, config.identity,
+                lease_duration=config.lease_duration_seconds, renew_deadline=config.renew_deadline_seconds,
+                retry_period=config.retry_period_seconds, clock=clock,
+                on_change=lambda leading: self.request_pass("leader"),
+            )
+        self._gpu = gpu_signal
+        self._ray_client = ray_client
+        self.ray = RaySignals(ray_client, self._ray_error, config.ray_concurrency, config.ray_timeout_seconds) \
+            if ray_client is not None else None
+        self.reconcilers = (build_reconcilers or reconcilers_module.build_reconcilers)(self.context)
+        self.collector = ControllerCollector(
+            lambda: self.snapshot, self.published, lambda: self.is_leader, self.cache_stats, clock=clock
+        )
+        self.registry.register(self.collector)
+        self._build_config = BuildConfig(
+            gpu_stale_seconds=config.signal_stale_seconds, ray_stale_seconds=config.signal_stale_seconds
+        )
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._runner: web.AppRunner | None = None
+        self._webhook: Any = None
+        self.port: int | None = None
+
+    # ------------------------------------------------------------------------------ state
+    @property
+    def is_leader(self) -> bool:
+        return self.leader.is_leader if self.leader is not None else True
+
+    @property
+    def synced(self) -> bool:
+        return all(c.synced for c in self.caches.values())
+
+    def cache_stats(self) -> list[CacheStats]:
+        return [CacheStats(name, len(c.items), c.synced) for name, c in self.caches.items()]
+
+    def request_pass(self, _reason: str = "") -> None:
+        self._wake.set()
+
+    def _gpu_error(self, kind: str) -> None:
+        self.counters.source_errors.labels(source="gpu", kind=kind).inc()
+
+    def _ray_error(self, kind: str) -> None:
+        self.counters.source_errors.labels(source="ray", kind=kind).inc()
+
+    def objects(self) -> ClusterObjects:
+        c = self.caches
+        pods: dict[str, Any] = {}
+        for name in ("pods", "pods-ray", "pods-kueue"):
+            if name in c:
+                pods.update(c[name].items)
+        return ClusterObjects(
+            workloads=c["workloads"].items,
+            cluster_queues=c["clusterqueues"].items,
+            local_queues=c["localqueues"].items,
+            flavors=c["resourceflavors"].items,
+            admission_checks=c["admissionchecks"].items,
+            ray_clusters=c["rayclusters"].items,
+            nodes=c["nodes"].items,
+            pods=pods,
+        )
+
+    # ------------------------------------------------------------------------------- a pass
+    async def run_pass(self) -> ClusterSnapshot | None:
+        now = self.clock()
+        t0 = time.perf_counter()
+        try:
+            watch_observed = {name: cache.observed_at(now) for name, cache in self.caches.items()}
+            snap = build_snapshot(
+                self.objects(),
+                self._gpu.reading if self._gpu is not None else GpuReading(),
+                self.ray.observations if self.ray is not None else EMPTY,
+                now,
+                self._build_config,
+                watch_observed,
+            )
+        except Exception:
+            log.exception("building the snapshot failed")
+            self.counters.source_errors.labels(source="snapshot", kind="exception").inc()
+            return None
+        self.snapshot = snap
+        self.passes += 1
+        self.counters.reconcile_seconds.labels(loop="snapshot").observe(time.perf_counter() - t0)
+        if not self.synced:
+            return snap
+        leader = self.is_leader
+        if leader:
+            for cq, wait in new_admissions(self._previous, snap, not_before=self.started_at):
+                self.counters.queue_wait.labels(cluster_queue=cq).observe(wait)
+        self._previous = snap
+        if leader:
+            for r in self.reconcilers:
+                await asyncio.sleep(0)  # between deciders, let watches, /metrics and the Lease renewal run
+                if self.leader is not None and not self.leader.holds():
+                    break  # the Lease may have passed on while this pass ran: stop acting at once
+                t = time.perf_counter()
+                try:
+                    await r.reconcile(snap, now)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("reconciler %s failed", getattr(r, "name", r))
+                    self.counters.source_errors.labels(source=f"reconciler/{getattr(r, 'name', 'unknown')}",
+                                                       kind="exception").inc()
+                self.counters.reconcile_seconds.labels(loop=getattr(r, "name", "unknown")).observe(
+                    time.perf_counter() - t)
+        return snap
+
+    async def pass_loop(self, iterations: int | None = None) -> None:
+        i = 0
+        while iterations is None or i < iterations:
+            i += 1
+            try:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+                # races with the timeout, and shutdown would then wait out a whole resync period.
+                async with asyncio.timeout(self.config.resync_seconds):
+                    await self._wake.wait()
+                await asyncio.sleep(self.config.debounce_seconds)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            await self.run_pass()
+
+    async def _every(self, seconds: float, fn: Callable[[], Any]) -> None:
+        while True:
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic task failed")
+            await asyncio.sleep(seconds)
+
+    async def _poll_gpu(self) -> None:
+        await self._gpu.poll(self.clock())
+        self.request_pass("gpu")
+
+    async def _poll_ray(self) -> None:
+        assert self.ray is not None
+        targets = {k: v.dashboard_url for k, v in self.caches["rayclusters"].items.items()}
+        await self.ray.poll(targets, self.clock())
+        self.request_pass("ray")
+
+    async def _discover_exporters(self) -> list[tuple[str, str]]:
+        assert self.api is not None
+        body = await request_json(
+            self.api, "GET", "/api/v1/pods",
+            [("labelSelector", self.config.exporter_selector), ("fieldSelector", "status.phase=Running")],
+        )
+        out = []
+        for p in body.get("items") or []:
+            ip = (p.get("status") or {}).get("podIP")
+            if ip:
+                host = f"[{ip}]" if ":" in ip else ip
+                out.append((object_key(p), f"http://{host}:{self.config.exporter_port}"))
+        return out
+
+    # ------------------------------------------------------------------------------ HTTP
+    def app(self) -> web.Application:
+        app = web.Application()
+
+        async def metrics(_: web.Request) -> web.Response:
+            body = generate_latest(self.registry)
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        async def readyz(_: web.Request) -> web.Response:
+            missing = [n for n, c in self.caches.items() if not c.synced]
+            if missing:
+                return web.Response(status=503, text="caches not synced: " + ", ".join(missing) + "\n")
+            return web.Response(text="ok\n")
+
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        return app
+
+    async def start_http(self) -> int:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.listen_host, self.config.listen_port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.listen_port
+        return self.port
+
+    # ---------------------------------------------------------------------------- lifecycle
+    def _make_signals(self) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        if self._gpu is None:
+            if self.config.gpu_signal == "scrape" and self.api is not None:
+                self._gpu = ScrapeGpuSignal(self._session, self._discover_exporters, self._gpu_error)
+            elif self.config.gpu_signal == "prometheus":
+                self._gpu = PrometheusGpuSignal(
+                    self._session, self.config.prometheus_url, self._gpu_error, self.config.prometheus_selector
+                )
+            else:
+                self._gpu = _NoGpuSignal()
+        if self.ray is None:
+            client = self._ray_client or _default_ray_client(self._session, self.config)
+            if client is not None:
+                self._ray_client = client
+                self.ray = RaySignals(client, self._ray_error, self.config.ray_concurrency,
+                                      self.config.ray_timeout_seconds)
+
+    async def start(self) -> None:
+        """Start the HTTP server, the watches, the pollers, the election and the pass loop."""
+        self._make_signals()
+        await self.start_http()
+        if self.config.webhook_listen:
+            await self.start_webhook()
+        spawn = self._tasks.append
+        for cache in self.caches.values():
+            spawn(asyncio.create_task(cache.run(), name=f"watch-{cache.name}"))
+        spawn(asyncio.create_task(self._every(self.config.gpu_poll_seconds, self._poll_gpu), name="gpu"))
+        if self.ray is not None:
+            spawn(asyncio.create_task(self._every(self.config.ray_poll_seconds, self._poll_ray), name="ray"))
+        if self.leader is not None:
+            spawn(asyncio.create_task(self.leader.run(), name="leader"))
+        spawn(asyncio.create_task(self.pass_loop(), name="passes"))
+
+    async def start_webhook(self) -> None:
+        """The queue-name webhook (``autoscaler.webhook.server``), served by every replica, over TLS."""
+        from autoscaler.webhook.server import start_webhook, webhook_settings
+        from autoscaler.webhook.tls import cert_paths
+
+        wh = webhook_settings(self.config.settings)
+        certfile, keyfile = cert_paths(self.config.webhook_cert_dir)
+        try:
+            self._webhook = await start_webhook(
+                self.config.webhook_listen, certfile, keyfile, wh.namespace_queues,
+                opt_out_annotation=wh.opt_out_annotation,
+                on_review=lambda kind, result: self.counters.webhook_reviews.labels(kind=kind, result=result).inc(),
+            )
+        except OSError as e:  # ssl.SSLError is an OSError too
+            raise ValueError(f"webhook on {self.config.webhook_listen} with {certfile}, {keyfile}: {e}") from e
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(c.synced_event.wait() for c in self.caches.values()))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        await self.start()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if self.leader is not None:
+            await self.leader.release()
+        if self._gpu is not None:
+            await self._gpu.close()
+        if self._webhook is not None:
+            await self._webhook.close()
+            self._webhook = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _default_ray_client(session: aiohttp.ClientSession, config: ControllerConfig) -> RayClient | None:
+    """The Ray dashboard client, or None (Ray demand off, logged once) when it cannot be loaded."""
+    try:
+        from autoscaler.signals.ray_demand import RayDashboardClient
+    except ImportError as e:
+        log.warning("Ray demand signal unavailable (%s); Ray clusters are reported without demand", e)
+        return None
+    token = None
+    if config.ray_token_file:
+        token = Path(config.ray_token_file).read_text(encoding="utf-8").strip()
+    return RayDashboardClient(session, token=token, timeout=config.ray_timeout_seconds)

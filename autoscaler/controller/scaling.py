@@ -1,0 +1,152 @@
+"""The worker-group scaling reconciler: pure policy per opted-in RayCluster, then one patch per group.
+
+Per pass, for every RayCluster with ``queuepilot.io/autoscale: "true"``:
+``decide_scaling`` (pure) -> for each group decision with a write, one JSON patch guarded by the
+snapshot's resourceVersion (``act.raycluster_patch``); a 409 means somebody (the Ray autoscaler, a
+user) wrote in between: nothing is retried, the next pass decides from what they wrote, and the
+group's history is rolled back so the unwritten change does not count against the step limits.
+
+Explained: ``scale_decisions_total{namespace,raycluster,group,direction,reason}`` counts each
+decision that is written or differs from the group's previous one (an unchanged hold is not
+counted every pass); an Event on the RayCluster for every write and every new hold reason
+(Warning for stale signals, infeasible demand and ``NotScalableUnderKueue``, Normal otherwise);
+malformed annotations give a Warning ``MalformedAnnotation`` Event once per distinct text.
+Published: ``desired_replicas`` and ``idle_gpus`` per group, decision lines for the TUI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+
+from autoscaler.act.events import EventSink, ObjectRef
+from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.raycluster_patch import patch_group
+from autoscaler.controller.admission import remember
+from autoscaler.controller.context import ControllerContext
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.config import scaling_defaults
+from autoscaler.core.policy.quota import CohortTotals, cohort_totals
+from autoscaler.core.policy.scaling import (
+    GroupDecision,
+    GroupHistory,
+    decide_scaling,
+    pending_gpu_workloads,
+    ray_cluster_workloads,
+)
+from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState, WorkloadState
+
+log = logging.getLogger(__name__)
+
+_WARNING_REASONS = frozenset({R.RAY_SIGNAL_STALE, R.GPU_SIGNAL_STALE, R.NOT_SCALABLE_UNDER_KUEUE,
+                              R.AT_MAX_REPLICAS, R.QUOTA_HEADROOM_LIMIT, R.INFEASIBLE_DEMAND})
+_QUIET_REASONS = frozenset({R.WITHIN_TARGET})
+YIELD_EVERY = 200  # clusters decided between two yields to the event loop
+
+
+class ScalingReconciler:
+    name = "scaling"
+
+    def __init__(self, ctx: ControllerContext, events: EventSink | None = None) -> None:
+        self.ctx = ctx
+        self.defaults = scaling_defaults(ctx.settings)
+        # without an API client (demo, simulator) nothing can be written: behave as in dry-run
+        self.dry_run = ctx.dry_run or ctx.api_client is None
+        self.events = events or EventSink(ctx.api_client, ctx.counters, dry_run=self.dry_run)
+        self.history: dict[str, Mapping[str, GroupHistory]] = {}
+        self._last: dict[tuple[str, str, str], tuple[str, str, int, tuple[str, ...]]] = {}
+        self._warned: dict[str, tuple[str, ...]] = {}
+        self.outcomes: list[tuple[GroupDecision, WriteOutcome]] = []  # last pass's, for tests/bench
+
+    async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
+        self.outcomes = []
+        seen = set()
+        shared: tuple[Sequence[tuple[float, WorkloadState]], Mapping[tuple[str, str], Sequence[WorkloadState]],
+                      CohortTotals] | None
+        shared = None
+        for i, key in enumerate(sorted(snapshot.ray_clusters)):
+            if i and i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let watches, /metrics and the Lease renewal run during a long pass
+            rc = snapshot.ray_clusters[key]
+            if not rc.opted_in:
+                continue
+            seen.add(key)
+            if shared is None:  # once per pass, for every cluster: who waits, and the workloads each cluster owns
+                shared = (pending_gpu_workloads(snapshot, now), ray_cluster_workloads(snapshot),
+                          cohort_totals(snapshot.cluster_queues))
+            try:
+                await self._cluster(rc, snapshot, now, *shared)
+            except Exception:  # one bad cluster must not stop the others
+                log.exception("scaling %s failed", key)
+                self.ctx.counters.source_errors.labels(source="reconciler/scaling", kind="exception").inc()
+        for key in list(self.history):
+            if key not in seen:
+                del self.history[key]
+                self._warned.pop(key, None)
+        for gk in [gk for gk in self.ctx.published.desired_replicas if f"{gk[0]}/{gk[1]}" not in seen]:
+            self.ctx.published.desired_replicas.pop(gk, None)
+            self.ctx.published.idle_gpus.pop(gk, None)
+            self._last.pop(gk, None)
+
+    async def _cluster(
+        self,
+        rc: RayClusterState,
+        snapshot: ClusterSnapshot,
+        now: float,
+        waiting: Sequence[tuple[float, WorkloadState]],
+        owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
+        cohorts: CohortTotals | None = None,
+    ) -> None:
+        previous = self.history.get(rc.key, {})
+        result = decide_scaling(snapshot, rc, self.defaults, previous, now, waiting=waiting, owned=owned,
+                                cohorts=cohorts)
+        history = dict(result.history)
+        ref = ObjectRef("ray.io/v1", "RayCluster", rc.namespace, rc.name, rc.uid)
+        if result.warnings != self._warned.get(rc.key, ()):
+            self._warned[rc.key] = result.warnings
+            for w in result.warnings:
+                self.events.post(ref, "Warning", R.MALFORMED_ANNOTATION, w, now)
+                remember(self.ctx, f"{rc.key}: {R.MALFORMED_ANNOTATION}: {w}")
+        index = {g.name: i for i, g in enumerate(rc.groups)}
+        for d in result.decisions:
+            gk = d.key
+            self.ctx.published.desired_replicas[gk] = d.desired
+            self.ctx.published.idle_gpus[gk] = d.idle_gpus
+            outcome = WriteOutcome("unchanged")
+            if d.write != "none":
+                outcome = await patch_group(self.ctx.api_client, d, index[d.group], field_manager=self.ctx.field_manager,
+                                            counters=self.ctx.counters, dry_run=self.dry_run)
+                if outcome.result not in ("written", "dry_run"):
+                    # not written: keep the new observations, forget the change that did not happen
+                    old = previous.get(d.group, GroupHistory())
+                    new = history[d.group]
+                    history[d.group] = GroupHistory(recommendations=new.recommendations, scale_events=old.scale_events,
+                                                    idle_since=new.idle_since, user_max=new.user_max,
+                                                    written_max=old.written_max)
+            self.outcomes.append((d, outcome))
+            self._explain(d, outcome, ref, now)
+        self.history[rc.key] = history
+
+    def _explain(self, d: GroupDecision, outcome: WriteOutcome, ref: ObjectRef, now: float) -> None:
+        sig = (d.direction, d.reason, d.desired, d.infeasible)
+        wrote = outcome.result in ("written", "dry_run")
+        changed = self._last.get(d.key) != sig
+        self._last[d.key] = sig
+        if not (wrote or changed) or outcome.result in ("conflict", "error"):
+            return
+        self.ctx.counters.scale_decisions.labels(namespace=d.namespace, raycluster=d.cluster, group=d.group,
+                                                 direction=d.direction, reason=d.reason).inc()
+        if not wrote and d.reason in _QUIET_REASONS and not d.infeasible:
+            return
+        message = d.message + (f"; infeasible: {'; '.join(d.infeasible)}" if d.infeasible else "")
+        etype = "Warning" if (d.reason in _WARNING_REASONS or (d.infeasible and not wrote)) else "Normal"
+        self.events.post(ref, etype, d.reason, f"group {d.group}: {message}", now)
+        line = f"{d.namespace}/{d.cluster}/{d.group} {d.direction} {d.current}->{d.desired} {d.reason}: {message}"
+        if outcome.result == "dry_run":
+            line = "(dry-run) " + line
+        remember(self.ctx, line)
+        log.info("scaling %s", line)
+
+    async def close(self) -> None:
+        await self.events.close()

@@ -1,0 +1,96 @@
+"""Per-RayCluster policy overrides from ``queuepilot.io/*`` annotations.
+
+``policy_from_annotations(annotations, defaults) -> (ScalingDefaults, warnings)``: every annotation
+that parses overrides its default; one that does not (or an unknown ``queuepilot.io/`` key, most
+likely a typo) leaves the default in place and adds a warning, which the scaler turns into a
+Warning Event ``MalformedAnnotation`` on the RayCluster.
+
+Formats (docs/autoscaling.md has examples):
+
+=========================================== ==========================================================
+``queuepilot.io/autoscale``                 ``"true"`` opts the cluster in (anything else: left alone)
+``queuepilot.io/target-gpu-utilization``    ratio ``0.7`` or ``70%``
+``queuepilot.io/idle-gpu-utilization``      ratio under which a GPU worker counts as idle
+``queuepilot.io/idle-window``               duration ``600``, ``600s``, ``10m``, ``1h30m``
+``queuepilot.io/pressured-idle-window``     duration used while other queues wait (must be <= idle-window)
+``queuepilot.io/queue-pressure-wait``       duration another queue's workload must wait to count
+``queuepilot.io/target-cpu-utilization``    ratio (CPU-only groups)
+``queuepilot.io/target-memory-utilization`` ratio (CPU-only groups)
+``queuepilot.io/idle-cpu-utilization``      ratio (CPU-only groups)
+``queuepilot.io/tolerance``                 float in [0, 1)
+``queuepilot.io/scale-up-policy``           ``"Pods:4:15,Percent:100:15;select=Max;window=0s"``
+``queuepilot.io/scale-down-policy``         ``"Pods:1:60;select=Min;window=5m"``
+``queuepilot.io/reclaim-idle-actors``       ``"true"``: workers whose Ray actors leave the GPU idle may go
+                                            (the actors are killed); ``"false"`` (default)
+=========================================== ==========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from autoscaler.core.policy.config import (
+    ScalingDefaults,
+    parse_bool,
+    parse_duration,
+    parse_ratio,
+    parse_rules,
+)
+from autoscaler.core.snapshot import AUTOSCALE_ANNOTATION
+
+PREFIX = "queuepilot.io/"
+
+
+def _tolerance(v: str) -> float:
+    f = float(v)
+    if not 0 <= f < 1:
+        raise ValueError("tolerance must be in [0, 1)")
+    return f
+
+
+# annotation -> (field, parser(value, current policy))
+_FIELDS: dict[str, tuple[str, Callable[[str, ScalingDefaults], Any]]] = {
+    PREFIX + "target-gpu-utilization": ("target_gpu_utilization", lambda v, _: parse_ratio(v)),
+    PREFIX + "idle-gpu-utilization": ("idle_gpu_utilization", lambda v, _: parse_ratio(v)),
+    PREFIX + "idle-window": ("idle_window_seconds", lambda v, _: parse_duration(v)),
+    PREFIX + "pressured-idle-window": ("pressured_idle_window_seconds", lambda v, _: parse_duration(v)),
+    PREFIX + "queue-pressure-wait": ("queue_pressure_wait_seconds", lambda v, _: parse_duration(v)),
+    PREFIX + "target-cpu-utilization": ("target_cpu_utilization", lambda v, _: parse_ratio(v)),
+    PREFIX + "target-memory-utilization": ("target_memory_utilization", lambda v, _: parse_ratio(v)),
+    PREFIX + "idle-cpu-utilization": ("idle_cpu_utilization", lambda v, _: parse_ratio(v)),
+    PREFIX + "tolerance": ("tolerance", lambda v, _: _tolerance(v)),
+    PREFIX + "scale-up-policy": ("scale_up", lambda v, p: parse_rules(v, p.scale_up)),
+    PREFIX + "scale-down-policy": ("scale_down", lambda v, p: parse_rules(v, p.scale_down)),
+    PREFIX + "reclaim-idle-actors": ("reclaim_idle_actors", lambda v, _: parse_bool(v)),
+}
+KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *_FIELDS})
+
+
+def policy_from_annotations(
+    annotations: Mapping[str, str], defaults: ScalingDefaults
+) -> tuple[ScalingDefaults, tuple[str, ...]]:
+    """The effective policy for one RayCluster and the warnings for annotations that were ignored.
+
+    Annotations are applied in name order; ``idle-window`` before ``pressured-idle-window`` so that
+    raising both at once is accepted.
+    """
+    policy = defaults
+    warnings: list[str] = []
+    keys = sorted(k for k in annotations if k.startswith(PREFIX))
+    keys.sort(key=lambda k: (k != PREFIX + "idle-window", k))
+    for key in keys:
+        raw = annotations[key]
+        if key == AUTOSCALE_ANNOTATION:
+            continue
+        spec = _FIELDS.get(key)
+        if spec is None:
+            warnings.append(f"unknown annotation {key}={raw!r} ignored (known: {', '.join(sorted(_FIELDS))})")
+            continue
+        name, parse = spec
+        try:
+            policy = replace(policy, **{name: parse(str(raw), policy)})
+        except (ValueError, TypeError) as e:
+            warnings.append(f"annotation {key}={raw!r} ignored: {e}; using {getattr(policy, name)!r}")
+    return policy, tuple(warnings)

@@ -1,0 +1,209 @@
+"""Bin-packing feasibility: can these GPU pods be placed on these nodes' free GPUs?
+
+Heuristic: **best-fit decreasing**.  Pods are taken largest first (GPUs, then CPU, then memory, then
+pod-set name); each goes to the node that fits it with the fewest GPUs left over (ties: node name).
+Best fit keeps large free blocks whole for the pods that need them.  It is not optimal (bin packing
+is NP-hard), so it can answer "does not fit" for a set an exact solver could place — that only
+costs a Retry — but it never answers "fits" for a set it has not actually placed, pod by pod.
+
+Pods that request no GPU are not placed: Kueue's quota covers them and the scheduler can put them
+on any node.  For GPU pods the node's free CPU and memory are checked too when the node reports
+allocatable CPU/memory (``cpu_allocatable > 0``), against current requests (promises hold GPUs only).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.core.snapshot import GPU_RESOURCE, NodeState, PodSetSpec, frozen_map
+
+
+@dataclass(frozen=True, slots=True)
+class Bin:
+    """Free room on one node."""
+
+    node: str
+    gpus: int
+    cpu: float | None = None  # None: unknown, not checked
+    memory: float | None = None
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """``count`` identical pods of one pod set."""
+
+    pod_set: str
+    count: int
+    gpus: int
+    cpu: float = 0.0
+    memory: float = 0.0
+    node_selector: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True, slots=True)
+class PackResult:
+    placement: Mapping[str, Mapping[str, int]]  # pod set -> node -> GPUs placed
+    unplaced: Mapping[str, int]  # pod set -> pods that found no node
+
+    @property
+    def fits(self) -> bool:
+        return not any(self.unplaced.values())
+
+    def gpus_by_node(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for nodes in self.placement.values():
+            for n, g in nodes.items():
+                out[n] = out.get(n, 0) + g
+        return out
+
+
+def shape_of(ps: PodSetSpec, count: int | None = None) -> PodShape:
+    """The per-pod shape of a pod set (``count`` overrides the spec count, e.g. the admitted count)."""
+    return PodShape(
+        pod_set=ps.name,
+        count=ps.count if count is None else count,
+        gpus=ps.gpus_per_pod,
+        cpu=float(ps.requests.get("cpu", 0.0)),
+        memory=float(ps.requests.get("memory", 0.0)),
+        node_selector=ps.node_selector,
+    )
+
+
+def node_bin(node: NodeState, promised: int = 0, check_cpu_memory: bool = True) -> Bin:
+    """Free healthy, unpromised room on ``node`` (0 GPUs when not ready or not schedulable)."""
+    known = check_cpu_memory and node.cpu_allocatable > 0
+    return Bin(
+        node=node.name,
+        gpus=max(0, node.free_gpus - promised),
+        cpu=max(0.0, node.cpu_allocatable - node.cpu_requested) if known else None,
+        memory=max(0.0, node.memory_allocatable - node.memory_requested)
+        if known and node.memory_allocatable > 0 else None,
+        labels=node.labels,
+    )
+
+
+def capacity_bin(node: NodeState) -> Bin:
+    """The node as if empty and fully healthy: its hardware shape (for "can never fit")."""
+    return Bin(node=node.name, gpus=node.gpu_allocatable, labels=node.labels)
+
+
+def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+class FreeBins:
+    """Free room on a set of nodes, kept in buckets by free GPUs (names sorted in each bucket), so
+    that many workloads can be packed one after another (``pack``), each promise lowering the
+    nodes' free GPUs (``take``), without rebuilding the buckets: a pack costs O(pods), not O(nodes).
+
+    Built from ``Bin``s as ``pack`` takes them (a node named twice: the last entry with free GPUs
+    wins; nodes without free GPUs are kept, for ``take``, but never chosen)."""
+
+    __slots__ = ("_buckets", "_free", "_labels")
+
+    def __init__(self, bins: Iterable[Bin]) -> None:
+        self._free: dict[str, list] = {}  # node -> [gpus, cpu | None, memory | None]
+        self._labels: dict[str, Mapping[str, str]] = {}
+        for b in bins:
+            if b.gpus > 0 or b.node not in self._free:
+                self._free[b.node] = [b.gpus, b.cpu, b.memory]
+                self._labels[b.node] = b.labels
+        self._buckets: dict[int, list[str]] = {}
+        for n in sorted(self._free):
+            if self._free[n][0] > 0:
+                self._buckets.setdefault(self._free[n][0], []).append(n)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._free
+
+    def blocks(self) -> list[int]:
+        """Free GPUs per node, largest first (nodes with none left out)."""
+        out: list[int] = []
+        for size in sorted(self._buckets, reverse=True):
+            out += [size] * len(self._buckets[size])
+        return out
+
+    def _set_gpus(self, node: str, gpus: int) -> None:
+        slot = self._free[node]
+        if slot[0] > 0:
+            self._buckets[slot[0]].remove(node)
+        slot[0] = gpus
+        if gpus > 0:
+            insort(self._buckets.setdefault(gpus, []), node)
+
+    def take(self, node: str, gpus: int) -> None:
+        """A promise of ``gpus`` on ``node``: its free GPUs drop (not below 0); CPU and memory stay."""
+        slot = self._free.get(node)
+        if slot is not None:
+            self._set_gpus(node, max(0, slot[0] - gpus))
+
+    def _best(self, s: PodShape) -> str | None:
+        for size in sorted(k for k, v in self._buckets.items() if k >= s.gpus and v):
+            for n in self._buckets[size]:
+                _g, c, m = self._free[n]
+                if c is not None and c < s.cpu:
+                    continue
+                if m is not None and m < s.memory:
+                    continue
+                if s.node_selector and not _selects(s.node_selector, self._labels[n]):
+                    continue
+                return n
+        return None
+
+    def pack(self, shapes: Iterable[PodShape]) -> PackResult:
+        """``pack(shapes, bins)`` on the current free room; the room is left as it was (a caller that
+        keeps the placement records it with ``take``)."""
+        pods = [s for s in shapes if s.gpus > 0 and s.count > 0]
+        pods.sort(key=lambda s: (-s.gpus, -s.cpu, -s.memory, s.pod_set))
+        if not pods:
+            return PackResult(placement=frozen_map(), unplaced=frozen_map())
+        placement: dict[str, dict[str, int]] = {}
+        unplaced: dict[str, int] = {}
+        undo: list[tuple[str, int, float | None, float | None]] = []
+        try:
+            for s in pods:
+                for i in range(s.count):
+                    best = self._best(s)
+                    if best is None:
+                        # nothing changed since this pod found no node: its identical siblings find none either
+                        unplaced[s.pod_set] = unplaced.get(s.pod_set, 0) + s.count - i
+                        break
+                    slot = self._free[best]
+                    undo.append((best, slot[0], slot[1], slot[2]))
+                    self._set_gpus(best, slot[0] - s.gpus)
+                    if slot[1] is not None:
+                        slot[1] -= s.cpu
+                    if slot[2] is not None:
+                        slot[2] -= s.memory
+                    ps = placement.setdefault(s.pod_set, {})
+                    ps[best] = ps.get(best, 0) + s.gpus
+        finally:
+            for node, g, c, m in reversed(undo):
+                self._set_gpus(node, g)
+                self._free[node][1] = c
+                self._free[node][2] = m
+        return PackResult(
+            placement=frozen_map({k: frozen_map(v) for k, v in placement.items()}),
+            unplaced=frozen_map(unplaced),
+        )
+
+
+def pack(shapes: Iterable[PodShape], bins: Sequence[Bin]) -> PackResult:
+    """Place every GPU pod of ``shapes`` onto ``bins`` (best-fit decreasing); pure and deterministic.
+
+    Nodes are kept in buckets by free GPUs (names sorted), so each pod looks at the buckets from
+    its size upward and takes the first node that also fits its CPU, memory and node selector:
+    the fewest GPUs left over, ties broken by node name.
+    """
+    return FreeBins(bins).pack(shapes)
+
+
+def gpu_pod_sets(pod_sets: Sequence[PodSetSpec]) -> tuple[PodSetSpec, ...]:
+    return tuple(ps for ps in pod_sets if ps.gpus_per_pod > 0)
+
+
+__all__ = ["GPU_RESOURCE", "Bin", "FreeBins", "PackResult", "PodShape", "capacity_bin", "gpu_pod_sets", "node_bin",
+           "pack", "shape_of"]

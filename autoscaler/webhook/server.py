@@ -1,0 +1,322 @@
+"""The queue-name mutating webhook: RayCluster / RayJob CREATE -> ``kueue.x-k8s.io/queue-name`` label.
+
+The API server posts an ``admission.k8s.io/v1`` AdmissionReview to ``/mutate-ray``.  When the object
+has no queue-name label, is not opted out (annotation ``queuepilot.io/skip-queue-name: "true"``),
+has no controlling owner (a RayCluster made by a RayJob or RayService is queued through its owner,
+as Kueue's own defaulting does) and its namespace maps to a LocalQueue in the configuration, the
+answer carries a base64 JSONPatch that adds the label.  An existing label is never changed.
+
+Errors, following the AdmissionReview API conventions:
+
+* a body that is not an ``admission.k8s.io/v1`` AdmissionReview with a ``request.uid`` cannot be
+  answered as a review at all: HTTP 400 with a one-line message (the API server then applies the
+  webhook's ``failurePolicy``; the chart's default, Ignore, lets the object through unchanged);
+* a review whose uid is known but whose object is malformed, or of a kind this webhook does not
+  handle, is answered ``allowed: true`` without a patch and with a warning the user sees in kubectl.
+
+This webhook never denies a request.  Every review is reported to an optional ``on_review(kind,
+result)`` callback (bounded values: ``KINDS`` + ``"Other"``, ``RESULTS``) for a metric.
+Served over TLS only (``start_webhook`` / ``run_webhook``); see ``autoscaler.webhook.tls``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from autoscaler.webhook.tls import CertReloader, cert_paths, make_server_ssl_context
+
+log = logging.getLogger("queuepilot.webhook")
+
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+DEFAULT_OPT_OUT_ANNOTATION = "queuepilot.io/skip-queue-name"
+WEBHOOK_PATH = "/mutate-ray"
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+RAY_GROUP = "ray.io"
+KINDS = ("RayCluster", "RayJob")
+MAX_BODY_BYTES = 8 * 1024 * 1024  # objects are at most ~1.5 MiB in etcd; leave room
+
+# Results (the ``result`` label of a review counter): fixed CamelCase constants.
+LABELED = "Labeled"
+LABEL_PRESENT = "LabelPresent"
+NAMESPACE_UNMAPPED = "NamespaceUnmapped"
+OPTED_OUT = "OptedOut"
+OWNED = "OwnedByController"
+NOT_CREATE = "NotCreate"
+UNSUPPORTED_KIND = "UnsupportedKind"
+MALFORMED_OBJECT = "MalformedObject"
+BAD_REQUEST = "BadRequest"
+INTERNAL_ERROR = "InternalError"
+RESULTS = (LABELED, LABEL_PRESENT, NAMESPACE_UNMAPPED, OPTED_OUT, OWNED, NOT_CREATE, UNSUPPORTED_KIND,
+           MALFORMED_OBJECT, BAD_REQUEST, INTERNAL_ERROR)
+
+OnReview = Callable[[str, str], None]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class BadReview(ValueError):
+    """The body cannot be answered as an AdmissionReview (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """The ``webhook:`` section of the controller's ``--config`` file."""
+
+    namespace_queues: Mapping[str, str] = field(default_factory=dict)
+    opt_out_annotation: str = DEFAULT_OPT_OUT_ANNOTATION
+
+
+def webhook_settings(settings: Mapping[str, Any] | None) -> WebhookSettings:
+    """Parse the ``webhook:`` section (``namespace_queues: {namespace: LocalQueue}``,
+    ``opt_out_annotation``); ValueError naming the bad key or value."""
+    section = (settings or {}).get("webhook") or {}
+    if not isinstance(section, Mapping):
+        raise ValueError("config section 'webhook' must be a mapping")
+    unknown = set(section) - {"namespace_queues", "opt_out_annotation"}
+    if unknown:
+        raise ValueError(f"config webhook: unknown keys {sorted(unknown)} (known: namespace_queues, opt_out_annotation)")
+    raw = section.get("namespace_queues") or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError("config webhook.namespace_queues must map namespace -> LocalQueue name")
+    queues: dict[str, str] = {}
+    for ns, queue in raw.items():
+        if not isinstance(ns, str) or not _DNS_LABEL.match(ns):
+            raise ValueError(f"config webhook.namespace_queues: {ns!r} is not a namespace name")
+        if not isinstance(queue, str) or not _DNS_SUBDOMAIN.match(queue):
+            raise ValueError(f"config webhook.namespace_queues.{ns}: {queue!r} is not a LocalQueue name")
+        queues[ns] = queue
+    annotation = section.get("opt_out_annotation", DEFAULT_OPT_OUT_ANNOTATION)
+    if not isinstance(annotation, str) or not annotation:
+        raise ValueError("config webhook.opt_out_annotation must be a non-empty annotation key")
+    return WebhookSettings(namespace_queues=queues, opt_out_annotation=annotation)
+
+
+def json_pointer_token(key: str) -> str:
+    """RFC 6901 escaping of one path segment: ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to answer for one review: JSONPatch operations (or none), the result, a warning."""
+
+    result: str
+    patch: list[dict[str, Any]] | None = None
+    warning: str | None = None
+    queue: str | None = None
+
+
+def decide(request: Mapping[str, Any], mapping: Mapping[str, str], opt_out_annotation: str) -> Verdict:
+    """The pure decision for one ``AdmissionReview.request`` whose uid is known."""
+    kind = request.get("kind")
+    group, kind_name = (kind.get("group"), kind.get("kind")) if isinstance(kind, Mapping) else (None, None)
+    if group != RAY_GROUP or kind_name not in KINDS:
+        return Verdict(UNSUPPORTED_KIND, warning=f"queuepilot queue-name webhook: kind {group}/{kind_name} "
+                       "is not handled (RayCluster, RayJob only); object left unchanged")
+    if request.get("operation") != "CREATE":
+        return Verdict(NOT_CREATE)
+    obj = request.get("object")
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    owners = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
+    if (not isinstance(obj, Mapping) or not isinstance(metadata, Mapping | None)
+            or not isinstance(labels, Mapping | None) or not isinstance(annotations, Mapping | None)
+            or not isinstance(owners, list | None)):
+        return Verdict(MALFORMED_OBJECT, warning="queuepilot queue-name webhook: the object or its metadata is "
+                       "malformed; queue-name label not set")
+    if labels is not None and QUEUE_NAME_LABEL in labels:
+        return Verdict(LABEL_PRESENT)
+    if annotations and str(annotations.get(opt_out_annotation, "")).strip().lower() == "true":
+        return Verdict(OPTED_OUT)
+    if owners and any(isinstance(o, Mapping) and o.get("controller") is True for o in owners):
+        return Verdict(OWNED)
+    namespace = request.get("namespace") or (metadata or {}).get("namespace")
+    queue = mapping.get(namespace) if isinstance(namespace, str) else None
+    if queue is None:
+        return Verdict(NAMESPACE_UNMAPPED)
+    if metadata is None:
+        op = {"op": "add", "path": "/metadata", "value": {"labels": {QUEUE_NAME_LABEL: queue}}}
+    elif labels is None:
+        op = {"op": "add", "path": "/metadata/labels", "value": {QUEUE_NAME_LABEL: queue}}
+    else:
+        op = {"op": "add", "path": "/metadata/labels/" + json_pointer_token(QUEUE_NAME_LABEL), "value": queue}
+    return Verdict(LABELED, patch=[op], queue=queue)
+
+
+def parse_review(body: bytes) -> dict[str, Any]:
+    """The AdmissionReview ``request`` from a body; BadReview (HTTP 400) when it cannot be answered."""
+    try:
+        review = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadReview(f"request body is not JSON: {e}") from None
+    if not isinstance(review, dict):
+        raise BadReview("request body is not a JSON object (expected an AdmissionReview)")
+    if review.get("apiVersion") != REVIEW_API_VERSION or review.get("kind") != "AdmissionReview":
+        raise BadReview(f"expected apiVersion {REVIEW_API_VERSION}, kind AdmissionReview; got "
+                        f"{review.get('apiVersion')!r}, {review.get('kind')!r}")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("AdmissionReview request has no uid")
+    return request
+
+
+def review_response(uid: str, verdict: Verdict) -> dict[str, Any]:
+    """The AdmissionReview answer for a verdict (always ``allowed: true``)."""
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if verdict.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(verdict.patch, separators=(",", ":")).encode()).decode()
+    if verdict.warning:
+        response["warnings"] = [verdict.warning]
+    return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+class _LogOnce:
+    """Log the first occurrence of each problem kind at WARNING, later ones at DEBUG."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def __call__(self, key: str, message: str, *args: object, exc_info: bool = False) -> None:
+        level = logging.DEBUG if key in self._seen else logging.WARNING
+        self._seen.add(key)
+        log.log(level, message, *args, exc_info=exc_info)
+
+
+def create_webhook_app(
+    mapping: Mapping[str, str],
+    opt_out_annotation: str = DEFAULT_OPT_OUT_ANNOTATION,
+    on_review: OnReview | None = None,
+) -> web.Application:
+    """The aiohttp app serving ``POST /mutate-ray`` (serve it only over TLS: ``start_webhook``)."""
+    queues = dict(mapping)
+    log_once = _LogOnce()
+
+    def count(kind: str, result: str) -> None:
+        if on_review is None:
+            return
+        try:
+            on_review(kind if kind in KINDS else "Other", result)
+        except Exception:  # a broken metric callback must not fail admission
+            log_once("callback", "webhook on_review callback failed", exc_info=True)
+
+    async def mutate(request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            req = parse_review(body)
+        except BadReview as e:
+            count("Other", BAD_REQUEST)
+            log_once(BAD_REQUEST, "rejected a malformed AdmissionReview from %s: %s", request.remote, e)
+            return web.json_response({"error": str(e)}, status=400)
+        kind = req.get("kind")
+        kind_name = kind.get("kind") if isinstance(kind, Mapping) else None
+        try:
+            verdict = decide(req, queues, opt_out_annotation)
+        except Exception:  # a bug here must not block or break object creation
+            log_once(INTERNAL_ERROR, "queue-name webhook failed on review %s", req["uid"], exc_info=True)
+            verdict = Verdict(INTERNAL_ERROR, warning="queuepilot queue-name webhook: internal error; "
+                              "queue-name label not set")
+        count(str(kind_name), verdict.result)
+        where = f"{req.get('namespace')}/{req.get('name') or '(generated name)'}"
+        if verdict.result in (MALFORMED_OBJECT, UNSUPPORTED_KIND):
+            log_once(verdict.result, "review %s of %s %s: %s", req["uid"], kind_name, where, verdict.warning)
+        elif verdict.result == LABELED:
+            log.info("labelled %s %s with %s=%s", kind_name, where, QUEUE_NAME_LABEL, verdict.queue)
+        return web.json_response(review_response(req["uid"], verdict))
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app.router.add_post(WEBHOOK_PATH, mutate)
+    return app
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` / ``:PORT`` / ``[v6]:PORT`` -> (host, port); ValueError otherwise."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"webhook listen address must be HOST:PORT, got {listen!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class WebhookServer:
+    """A running TLS webhook server; ``port`` is the bound port, ``close()`` stops it."""
+
+    def __init__(self, runner: web.AppRunner, port: int, reloader: CertReloader) -> None:
+        self._runner = runner
+        self.port = port
+        self._reloader = reloader
+
+    async def close(self) -> None:
+        await self._reloader.stop()
+        await self._runner.cleanup()
+
+
+async def start_webhook(
+    listen: str,
+    certfile: str,
+    keyfile: str,
+    mapping: Mapping[str, str],
+    *,
+    opt_out_annotation: str = DEFAULT_OPT_OUT_ANNOTATION,
+    on_review: OnReview | None = None,
+    reload_seconds: float = 60.0,
+) -> WebhookServer:
+    """Serve the webhook over TLS on ``listen``; the certificate files are re-read when they change
+    (cert-manager rotation).  OSError when the address cannot be bound; ssl.SSLError / OSError for
+    unreadable or mismatched certificate files."""
+    if not certfile or not keyfile:
+        raise ValueError("the webhook is served over TLS only: certfile and keyfile are required")
+    host, port = parse_listen(listen)
+    ctx = make_server_ssl_context(certfile, keyfile)
+    reloader = CertReloader(ctx, certfile, keyfile, interval=reload_seconds)
+    runner = web.AppRunner(create_webhook_app(mapping, opt_out_annotation, on_review), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ctx)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    sockets = getattr(site._server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    reloader.start()
+    log.info("queue-name webhook serving https://%s:%s%s for %d namespace(s)", host, bound, WEBHOOK_PATH, len(mapping))
+    return WebhookServer(runner, bound, reloader)
+
+
+async def run_webhook(
+    listen: str,
+    certfile: str,
+    keyfile: str,
+    mapping: Mapping[str, str],
+    *,
+    opt_out_annotation: str = DEFAULT_OPT_OUT_ANNOTATION,
+    on_review: OnReview | None = None,
+) -> None:
+    """Serve until cancelled (run it as a task; cancel the task to stop)."""
+    server = await start_webhook(listen, certfile, keyfile, mapping, opt_out_annotation=opt_out_annotation,
+                                 on_review=on_review)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.close()
+
+
+__all__ = [
+    "DEFAULT_OPT_OUT_ANNOTATION", "KINDS", "QUEUE_NAME_LABEL", "RESULTS", "WEBHOOK_PATH", "BadReview",
+    "Verdict", "WebhookServer", "WebhookSettings", "cert_paths", "create_webhook_app", "decide",
+    "parse_review", "review_response", "run_webhook", "start_webhook", "webhook_settings",
+]

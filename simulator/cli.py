@@ -1,0 +1,143 @@
+"""``queuepilot simulate``: run policies over a trace window and report the numbers (JSON + plots).
+
+Examples::
+
+    queuepilot simulate --trace ../shared/traces/philly-pollux/philly.csv --start 2017-10-03 --hours 720 \\
+        --policies queuepilot,ray-idle,kueue-quota --gpu-failure-rate 0.02 --seed 1 --json out.json --out out/
+    queuepilot simulate --trace synthetic --hours 48 --policies all
+
+Every flag can also be set as ``QUEUEPILOT_<FLAG>`` (e.g. ``QUEUEPILOT_SEED=3``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from simulator.engine import POLICIES, Engine, SimConfig, run_policies
+from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
+
+log = logging.getLogger("queuepilot.simulate")
+
+DEFAULT_START = "2017-10-03"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_trace() -> Path:
+    shared = Path(os.environ.get("QUEUEPILOT_SHARED", str(REPO.parent / "shared")))
+    return shared / "traces" / "philly-pollux" / "philly.csv"
+
+
+def _env(name: str, default: Any) -> Any:
+    return os.environ.get("QUEUEPILOT_" + name.upper().replace("-", "_"), default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="queuepilot simulate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", default=_env("trace", str(default_trace())),
+                   help="a Philly-format CSV (timestamp,duration,num_gpus,gpu_time,cluster) or 'synthetic'")
+    p.add_argument("--start", default=_env("start", DEFAULT_START),
+                   help="window start (ISO date/time in the trace's clock; ignored for synthetic)")
+    p.add_argument("--hours", type=float, default=float(_env("hours", 24.0)), help="window length in hours")
+    p.add_argument("--policies", default=_env("policies", ",".join(POLICIES)),
+                   help=f"comma-separated, or 'all': {', '.join(POLICIES)}")
+    p.add_argument("--gpu-failure-rate", type=float, default=float(_env("gpu_failure_rate", 0.0)),
+                   help="injected GPU failures per GPU per day (repaired after ~6 h)")
+    p.add_argument("--seed", type=int, default=int(_env("seed", 0)))
+    p.add_argument("--nodes", type=int, default=int(_env("nodes", SimConfig().nodes)), help="8-GPU nodes")
+    p.add_argument("--control-interval", type=float, default=float(_env("control_interval", SimConfig().control_interval_s)),
+                   help="seconds between scaling decisions")
+    p.add_argument("--json", default=_env("json", None), help="write the per-policy results here")
+    p.add_argument("--out", default=_env("out", None), help="write timelines (CSV) and plots (PNG) here")
+    p.add_argument("--no-progress", action="store_true", default=bool(_env("no_progress", "")),
+                   help="no progress bar")
+    return p
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(POLICIES)
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise ValueError(f"unknown policies {unknown} (known: {', '.join(POLICIES)})")
+    return names
+
+
+def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int) -> TraceWindow:
+    if trace == "synthetic":
+        return synthetic(hours, seed, max_gpus)
+    path = Path(trace)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace not found: {path} (set QUEUEPILOT_SHARED or pass --trace)")
+    return load_philly(path, parse_start(start), hours, seed, max_gpus)
+
+
+def results(engines: dict[str, Engine], meta: dict[str, Any]) -> dict[str, Any]:
+    return {"meta": meta, "policies": {name: e.metrics.summary() for name, e in engines.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        policies = parse_policies(args.policies)
+        if args.hours <= 0:
+            raise ValueError("--hours must be > 0")
+        cfg = replace(SimConfig(), nodes=args.nodes, gpu_failure_rate=args.gpu_failure_rate, seed=args.seed,
+                      control_interval_s=args.control_interval)
+        window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"queuepilot simulate: {e}", file=sys.stderr)
+        return 2
+    window_s = args.hours * 3600.0
+    print(f"{len(window.jobs)} jobs ({window.dropped_too_large} larger than the cluster dropped), "
+          f"{cfg.nodes} nodes x {cfg.gpus_per_node} GPUs, {args.hours:g} h, seed {args.seed}", file=sys.stderr)
+    t0 = time.perf_counter()
+    engines = _run(window, window_s, policies, cfg, progress=not args.no_progress)
+    elapsed = time.perf_counter() - t0
+    meta = {
+        "trace": args.trace, "start": args.start if args.trace != "synthetic" else None, "hours": args.hours,
+        "seed": args.seed, "gpu_failure_rate": args.gpu_failure_rate, "nodes": cfg.nodes,
+        "gpus_per_node": cfg.gpus_per_node, "jobs": len(window.jobs), "dropped_too_large": window.dropped_too_large,
+        "control_interval_s": cfg.control_interval_s, "command": "queuepilot simulate " + " ".join(argv or sys.argv[1:]),
+    }
+    out = results(engines, meta)
+    text = json.dumps(out, indent=2, sort_keys=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(text + "\n")
+    else:
+        print(text)
+    if args.out:
+        from simulator.report import write_outputs
+
+        write_outputs(Path(args.out), engines)
+    print(f"simulated {len(policies)} policies in {elapsed:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _run(window: TraceWindow, window_s: float, policies: list[str], cfg: SimConfig, progress: bool) -> dict[str, Engine]:
+    if not progress:
+        return run_policies(window.jobs, window_s, policies, cfg)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description:<12}"), BarColumn(), TextColumn("{task.fields[sim]}"),
+                  TimeElapsedColumn(), transient=False, redirect_stdout=False) as bar:
+        tasks = {p: bar.add_task(p, total=window_s, sim="") for p in policies}
+
+        def factory(name: str):
+            def update(t: float) -> None:
+                bar.update(tasks[name], completed=t, sim=f"{t / 3600:,.0f}/{window_s / 3600:,.0f} h")
+
+            return update
+
+        return run_policies(window.jobs, window_s, policies, cfg, factory)

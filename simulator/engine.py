@@ -1,0 +1,605 @@
+"""Trace-driven discrete-event simulation of a Kueue + KubeRay GPU cluster under a policy.
+
+One ``Engine`` runs one policy over one workload: a heap of timed events (arrivals, task phases,
+worker start-ups, RayJob ends, GPU failures and repairs, Kueue scheduling passes, control ticks),
+a seeded ``random.Random`` for everything random, and no wall clock.  Policy decisions run at a
+fixed control interval (scaling) and at Kueue passes (admission), never per event.
+
+A *policy* is an admission mode and a worker-group scaler (docs/simulation.md, "Policies"):
+
+==============  ==========================================  =====================================
+policy          admission                                   RayCluster worker groups
+==============  ==========================================  =====================================
+queuepilot      AdmissionCheck -> ``decide_admissions``     ``decide_scaling`` (the controller's)
+kueue-quota     Kueue quota alone, no admission check       ``decide_scaling``
+static          AdmissionCheck -> ``decide_admissions``     fixed replicas
+hpa             AdmissionCheck -> ``decide_admissions``     HPA on GPU utilization
+ray-idle        AdmissionCheck -> ``decide_admissions``     Ray autoscaler, 60 s idle timeout
+keda            AdmissionCheck -> ``decide_admissions``     KEDA on queue length
+oracle          AdmissionCheck -> ``decide_admissions``     clairvoyant
+==============  ==========================================  =====================================
+
+Each baseline swaps exactly one part of queuepilot, so a difference in the table is that part's.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from simulator.baselines import (
+    GroupView,
+    HpaScaler,
+    KedaScaler,
+    OracleScaler,
+    RayIdleScaler,
+    ScaleAction,
+    Scaler,
+    StaticScaler,
+    WorkerView,
+)
+from simulator.cluster import SimCluster
+from simulator.kueue import (
+    ADMITTED,
+    FINISHED,
+    INACTIVE,
+    PENDING,
+    RESERVED,
+    RUNNING,
+    SimClusterQueue,
+    SimKueue,
+    SimWorkload,
+)
+from simulator.metrics import IDLE_UTIL, RunMetrics
+from simulator.ray import SimRayCluster, SimWorker
+from simulator.snapshot import POD_SET, SnapshotBuilder
+from simulator.workload import TASK, Job, team_gpu_shares
+
+POLICIES: tuple[str, ...] = ("queuepilot", "queuepilot-reclaim", "static", "hpa", "ray-idle", "keda", "kueue-quota",
+                             "oracle")
+COHORT = "research"
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    nodes: int = 112
+    gpus_per_node: int = 8
+    flavor: str = "a100"
+    control_interval_s: float = 30.0
+    pass_delay_s: float = 1.0  # Kueue reacts to a change within a second
+    worker_startup_s: float = 90.0  # RayCluster worker: pod start + raylet join
+    rayjob_startup_s: float = 60.0  # RayJob: ephemeral cluster start before the entrypoint runs
+    gpu_failure_rate: float = 0.0  # failures per GPU per day
+    repair_mean_s: float = 6 * 3600.0
+    seed: int = 0
+    timeline_interval_s: float = 300.0
+    check_invariants: bool = False
+    ray_max_quota_factor: float = 2.0  # a team RayCluster's maxReplicas = its nominal GPU quota x this
+    teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
+
+
+# ------------------------------------------------------------------------------------- policies
+class Admission(Protocol):
+    with_check: bool
+
+    def decide(self, engine: Engine, now: float) -> list[tuple[SimWorkload, str | None, str, str, int | None,
+                                                                dict[str, dict[str, int]]]]:
+        """(workload, state Ready|Retry|Rejected|None, reason, message, requeue_after, placement) per decision."""
+        ...
+
+
+class QuotaOnly:
+    """Kueue without an admission check: quota reservation is admission."""
+
+    with_check = False
+
+    def decide(self, engine: Engine, now: float) -> list:
+        return []
+
+
+class GroupScaling(Protocol):
+    def decide(self, engine: Engine, now: float) -> dict[str, ScaleAction]: ...
+
+
+@dataclass
+class PerGroupScaling:
+    """A baseline ``Scaler`` per team RayCluster, each fed a ``GroupView``."""
+
+    scalers: dict[str, Scaler]
+
+    def decide(self, engine: Engine, now: float) -> dict[str, ScaleAction]:
+        return {team: s.decide(engine.group_view(team, now)) for team, s in self.scalers.items()}
+
+
+@dataclass
+class Policy:
+    name: str
+    admission: Admission
+    scaling: GroupScaling
+
+
+def make_policy(name: str, engine: Engine) -> Policy:
+    """The named policy (``POLICIES``) bound to ``engine``'s teams."""
+    from simulator import queuepilot as qp
+    teams = engine.cfg.teams
+    if name == "queuepilot":
+        return Policy(name, qp.QueuepilotAdmission(), qp.QueuepilotScaling())
+    if name == "queuepilot-reclaim":  # the config's scaling.reclaim_idle_actors: true
+        return Policy(name, qp.QueuepilotAdmission(), qp.QueuepilotScaling(qp.reclaiming_defaults()))
+    if name == "kueue-quota":
+        return Policy(name, QuotaOnly(), qp.QueuepilotScaling())
+    factories: dict[str, Callable[[str], Scaler]] = {
+        "static": lambda t: StaticScaler(engine.static_replicas(t)),
+        "hpa": lambda t: HpaScaler(),
+        "ray-idle": lambda t: RayIdleScaler(),
+        "keda": lambda t: KedaScaler(),
+        "oracle": lambda t: OracleScaler(),
+    }
+    if name not in factories:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    return Policy(name, qp.QueuepilotAdmission(), PerGroupScaling({t: factories[name](t) for t in teams}))
+
+
+# --------------------------------------------------------------------------------------- engine
+@dataclass(order=True)
+class _Event:
+    t: float
+    seq: int
+    kind: str = field(compare=False)
+    data: Any = field(compare=False, default=None)
+
+
+class Engine:
+    """The simulated cluster under one policy. ``run()`` returns the ``RunMetrics``."""
+
+    def __init__(self, jobs: Sequence[Job], window_s: float, policy: str, cfg: SimConfig | None = None,
+                 progress: Callable[[float], None] | None = None) -> None:
+        self.cfg = cfg or SimConfig()
+        self.jobs = jobs
+        self.window_s = window_s
+        self.progress = progress
+        self.rng = random.Random(self.cfg.seed * 7919 + 17)
+        self.cluster = SimCluster({self.cfg.flavor: self.cfg.nodes}, self.cfg.gpus_per_node)
+        total = self.cluster.total_gpus
+        shares = team_gpu_shares(jobs, self.cfg.teams)
+        self.nominal = _apportion(total, shares)
+        self.kueue = SimKueue([
+            SimClusterQueue(f"cq-{t}", COHORT, {self.cfg.flavor: float(self.nominal[t])},
+                            {self.cfg.flavor: None}, {self.cfg.flavor: 0.0}, "default", t)
+            for t in self.cfg.teams
+        ])
+        self.rays = {
+            t: SimRayCluster(t, f"cq-{t}", self.cfg.flavor, 0, max(1, round(self.nominal[t] * self.cfg.ray_max_quota_factor)),
+                             0, self.cfg.worker_startup_s)
+            for t in self.cfg.teams
+        }
+        self._task_arrivals: dict[str, list[float]] = {t: [] for t in self.cfg.teams}
+        for j in jobs:
+            if j.kind == TASK:
+                self._task_arrivals[j.team].append(j.submit)
+        self.metrics = RunMetrics()
+        self.heap: list[_Event] = []
+        self._seq = 0
+        self.now = 0.0
+        self.workloads: dict[str, SimWorkload] = {}  # not finished
+        self.unplaced: list[SimWorkload] = []
+        self.run_start: dict[str, float] = {}  # workload name -> when its pods were bound
+        self._started: set[int] = set()
+        self._pass_at: float | None = None
+        self.last_decisions: deque[str] = deque(maxlen=50)
+        self.decision_log: list[tuple[float, str, str, str, str]] = []  # (t, kind, object, state/dir, reason)
+        self.policy_name = policy
+        self.policy = make_policy(policy, self)
+        self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.admission.with_check)
+        if isinstance(self.policy.scaling, PerGroupScaling):
+            for t, s in self.policy.scaling.scalers.items():
+                if isinstance(s, StaticScaler):
+                    self.rays[t].replicas = min(s.replicas, self.rays[t].max_replicas)
+
+    # -------------------------------------------------------------------------------- helpers
+    def push(self, t: float, kind: str, data: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self.heap, _Event(t, self._seq, kind, data))
+
+    def request_pass(self, at: float | None = None) -> None:
+        t = self.now + self.cfg.pass_delay_s if at is None else at
+        if self._pass_at is not None and self._pass_at <= t:
+            return
+        self._pass_at = t
+        self.push(t, "pass")
+
+    def static_replicas(self, team: str) -> int:
+        """The mean number of GPUs the team's Ray tasks hold (work + idle tail) over the window."""
+        busy = sum(j.duration + j.idle_tail for j in self.jobs if j.kind == TASK and j.team == team)
+        return max(1, math.ceil(busy / max(1.0, self.window_s)))
+
+    def arrivals_within(self, team: str, start: float, end: float) -> int:
+        import bisect
+
+        a = self._task_arrivals[team]
+        return bisect.bisect_left(a, end) - bisect.bisect_right(a, start)
+
+    def group_view(self, team: str, now: float) -> GroupView:
+        rc = self.rays[team]
+        workers = tuple(
+            WorkerView(w.name, w.ready(now), w.ray_busy(), w.busy(now), w.util(now),
+                       None if w.task is not None else w.idle_since)
+            for w in sorted(rc.workers.values(), key=lambda x: x.name)
+        )
+        return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue),
+                         rc.startup_s, self.arrivals_within(team, now, now + rc.startup_s))
+
+    def snapshot(self, now: float):
+        return self.snapshots.build(now, self.workloads.values(), self.rays.values())
+
+    # ---------------------------------------------------------------------------------- run
+    def start(self) -> None:
+        """Queue the arrivals, the first failure and the first control tick (``run`` calls it)."""
+        for j in self.jobs:
+            if j.submit < self.window_s:
+                self.push(j.submit, "arrive", j)
+        if self.cfg.gpu_failure_rate > 0:
+            self._schedule_failure(0.0)
+        self.push(0.0, "tick")
+
+    def advance(self, until: float) -> None:
+        """Process every event up to ``until`` (simulated seconds); the demo steps the world with it."""
+        while self.heap and self.heap[0].t <= until:
+            ev = heapq.heappop(self.heap)
+            self.now = ev.t
+            getattr(self, "_on_" + ev.kind)(ev.data)
+        self.now = max(self.now, until)
+
+    def run(self) -> RunMetrics:
+        self.start()
+        next_progress = 0.0
+        while self.heap:
+            ev = heapq.heappop(self.heap)
+            if ev.t > self.window_s:
+                break
+            self.now = ev.t
+            getattr(self, "_on_" + ev.kind)(ev.data)
+            if self.progress is not None and self.now >= next_progress:
+                self.progress(self.now)
+                next_progress = self.now + 3600.0
+        self.now = self.window_s
+        self._finish()
+        if self.progress is not None:
+            self.progress(self.window_s)
+        return self.metrics
+
+    def _finish(self) -> None:
+        """Censor what is still waiting at the end: it counts with its wait so far."""
+        end = self.window_s
+        for rc in self.rays.values():
+            for job, _ in rc.queue:
+                if job.id not in self._started:
+                    self.metrics.record_wait(TASK, end - job.submit)
+        for w in self.workloads.values():
+            if w.state != RUNNING and w.state != INACTIVE:
+                self.metrics.record_wait("rayjob", end - w.job.submit)
+            if w.unplaceable_since is not None:
+                self.metrics.unplaceable_s += end - w.unplaceable_since
+
+    # ------------------------------------------------------------------------------- arrivals
+    def _on_arrive(self, job: Job) -> None:
+        self.metrics.jobs_submitted += 1
+        if job.kind == TASK:
+            rc = self.rays[job.team]
+            rc.queue.append((job, self.now))
+            self._assign(rc)
+            return
+        w = SimWorkload(job, f"cq-{job.team}", created=self.now, queue_ts=self.now)
+        self.workloads[w.name] = w
+        self.kueue.submit(w)
+        self.request_pass()
+
+    # ---------------------------------------------------------------------------- Ray tasks
+    def _assign(self, rc: SimRayCluster) -> None:
+        if not rc.queue:
+            return
+        for wk in sorted(rc.free_ready_workers(self.now), key=lambda x: x.name):
+            if not rc.queue:
+                break
+            job, _ = rc.queue.popleft()
+            wk.task = job
+            wk.generation += 1
+            wk.busy_until = self.now + job.duration
+            wk.tail_until = wk.busy_until + job.idle_tail
+            self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
+            if job.id not in self._started:
+                self._started.add(job.id)
+                self.metrics.record_wait(TASK, self.now - job.submit)
+
+    def _on_busy_end(self, data: tuple[str, str, int]) -> None:
+        team, name, gen = data
+        rc = self.rays[team]
+        wk = rc.workers.get(name)
+        if wk is None or wk.generation != gen or wk.task is None:
+            return
+        self.metrics.jobs_completed += 1
+        if wk.tail_until > self.now:
+            self.push(wk.tail_until, "tail_end", data)
+        else:
+            self._free_worker(rc, wk)
+
+    def _on_tail_end(self, data: tuple[str, str, int]) -> None:
+        team, name, gen = data
+        rc = self.rays[team]
+        wk = rc.workers.get(name)
+        if wk is None or wk.generation != gen:
+            return
+        self._free_worker(rc, wk)
+
+    def _free_worker(self, rc: SimRayCluster, wk: SimWorker) -> None:
+        wk.task = None
+        wk.generation += 1
+        wk.idle_since = self.now
+        self._assign(rc)
+
+    def _on_worker_ready(self, data: tuple[str, str]) -> None:
+        team, name = data
+        rc = self.rays[team]
+        wk = rc.workers.get(name)
+        if wk is not None:
+            wk.idle_since = self.now
+            self._assign(rc)
+
+    # ------------------------------------------------------------------------ KubeRay operator
+    def _reconcile_workers(self, rc: SimRayCluster) -> None:
+        """KubeRay: delete workersToDelete, then arbitrary pods down to replicas; create up to replicas."""
+        for name in list(rc.workers_to_delete):
+            if name in rc.workers and len(rc.workers) > rc.replicas:
+                self._delete_worker(rc, name)
+        rc.workers_to_delete = [n for n in rc.workers_to_delete if n in rc.workers]
+        if len(rc.workers) > rc.replicas:
+            names = sorted(rc.workers)
+            for name in self.rng.sample(names, len(rc.workers) - rc.replicas):
+                self._delete_worker(rc, name)
+        while len(rc.workers) < rc.replicas:
+            name = rc.new_worker_name()
+            pod = f"{rc.namespace}/{name}"
+            if not self.kueue.fits(rc.cq, rc.flavor, 1) or not self.cluster.place(rc.flavor, [(pod, 1)]):
+                rc.next_id -= 1
+                break  # the scale-up waits for quota or a free healthy GPU
+            self.kueue.reserve(rc.cq, rc.flavor, 1)
+            rc.workers[name] = SimWorker(name, self.now, self.now + rc.startup_s, idle_since=self.now)
+            rc.version += 1
+            self.push(self.now + rc.startup_s, "worker_ready", (rc.team, name))
+
+    def _delete_worker(self, rc: SimRayCluster, name: str) -> None:
+        wk = rc.workers.pop(name)
+        self.snapshots.forget_worker(name)
+        if wk.task is not None and self.now < wk.busy_until:
+            rc.queue.appendleft((wk.task, self.now))  # killed mid-work: restarts from scratch
+            self.metrics.tasks_killed += 1
+            rc.killed_tasks += 1
+        self.cluster.release(f"{rc.namespace}/{name}")
+        self.kueue.release(rc.cq, rc.flavor, 1)
+        rc.version += 1
+        self.request_pass()
+
+    # ---------------------------------------------------------------------------- Kueue pass
+    def _on_pass(self, _: Any) -> None:
+        self._pass_at = None
+        now = self.now
+        for w in self.kueue.schedule(now, (self.cfg.flavor,)):
+            if self.policy.admission.with_check:
+                w.check_state = "Pending"
+                w.check_changed_at = now
+            else:
+                self._admit(w)
+        if self.policy.admission.with_check and any(w.state == RESERVED for w in self.workloads.values()):
+            for w, state, reason, message, after, placement in self.policy.admission.decide(self, now):
+                self._apply_admission(w, state, reason, message, after, placement)
+        if self.unplaced:
+            still = []
+            for w in self.unplaced:
+                if not self._place(w, None):
+                    still.append(w)
+            self.unplaced = still
+        if self.kueue.pending:
+            nxt = min((w.backoff_until for w in self.kueue.pending if w.backoff_until > now), default=None)
+            if nxt is not None:
+                self.request_pass(nxt)
+
+    def _apply_admission(self, w: SimWorkload, state: str | None, reason: str, message: str,
+                         after: int | None, placement: dict[str, dict[str, int]]) -> None:
+        if state is None or w.state != RESERVED:
+            return
+        self.last_decisions.append(f"{w.namespace}/{w.name}: {state} {reason}: {message}")
+        self.decision_log.append((self.now, "admission", f"{w.namespace}/{w.name}", state, reason))
+        if state == "Ready":
+            w.check_state = "Ready"
+            w.check_message = message
+            w.check_changed_at = self.now
+            self._admit(w, placement)
+        elif state == "Retry":
+            self.metrics.retries += 1
+            self.kueue.requeue(w, self.now, float(after or 0))
+            self.request_pass(w.backoff_until)
+        elif state == "Rejected":
+            self.metrics.rejected += 1
+            self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
+            w.state = INACTIVE
+            w.version += 1
+            self.workloads.pop(w.name, None)
+            self.snapshots.forget(w)
+
+    def _admit(self, w: SimWorkload, placement: dict[str, dict[str, int]] | None = None) -> None:
+        w.state = ADMITTED
+        w.admitted_at = self.now
+        w.version += 1
+        if not self._place(w, placement):
+            w.unplaceable_since = self.now
+            self.metrics.unplaceable_admissions += 1
+            self.unplaced.append(w)
+
+    def _place(self, w: SimWorkload, placement: dict[str, dict[str, int]] | None) -> bool:
+        job = w.job
+        flavor = w.flavor or self.cfg.flavor
+        pods = [(f"{w.namespace}/{w.name}-{i}", job.gpus_per_pod) for i in range(job.pods)]
+        ok = False
+        if placement and POD_SET in placement:
+            ok = self.cluster.place_on(pods, placement[POD_SET])
+        if not ok:
+            ok = self.cluster.place(flavor, pods)
+        if not ok:
+            return False
+        w.state = RUNNING
+        w.version += 1
+        self.run_start[w.name] = self.now
+        if w.unplaceable_since is not None:
+            self.metrics.unplaceable_s += self.now - w.unplaceable_since
+            w.unplaceable_since = None
+        self.metrics.record_wait("rayjob", self.now - job.submit)
+        self.push(self.now + self.cfg.rayjob_startup_s + job.duration, "rayjob_end", w)
+        return True
+
+    def _on_rayjob_end(self, w: SimWorkload) -> None:
+        for i in range(w.job.pods):
+            self.cluster.release(f"{w.namespace}/{w.name}-{i}")
+        self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
+        w.state = FINISHED
+        self.metrics.jobs_completed += 1
+        self.workloads.pop(w.name, None)
+        self.run_start.pop(w.name, None)
+        self.snapshots.forget(w)
+        self.request_pass()
+
+    # ------------------------------------------------------------------------------ failures
+    def _schedule_failure(self, now: float) -> None:
+        rate = self.cfg.gpu_failure_rate * self.cluster.total_gpus / 86400.0
+        self.push(now + self.rng.expovariate(rate), "gpu_fail")
+
+    def _on_gpu_fail(self, _: Any) -> None:
+        node = self.rng.choice(self.cluster.nodes)
+        idx = self.rng.randrange(node.gpus)
+        if self.cluster.fail(node, idx):
+            self.metrics.gpu_failures += 1
+            self.push(self.now + self.rng.expovariate(1.0 / self.cfg.repair_mean_s), "gpu_repair", (node.name, idx))
+        self._schedule_failure(self.now)
+
+    def _on_gpu_repair(self, data: tuple[str, int]) -> None:
+        name, idx = data
+        self.cluster.repair(self.cluster.by_name[name], idx)
+        self.request_pass()
+
+    # --------------------------------------------------------------------------------- tick
+    def _on_tick(self, _: Any) -> None:
+        now = self.now
+        dt = self.cfg.control_interval_s
+        self._account(dt)
+        if now % self.cfg.timeline_interval_s < dt:
+            self._sample_timeline()
+        actions = self.policy.scaling.decide(self, now)
+        for team, action in actions.items():
+            rc = self.rays[team]
+            new = max(rc.min_replicas, min(rc.max_replicas, int(action.replicas)))
+            self.metrics.record_scale(team, now, rc.replicas, new)
+            if new != rc.replicas:
+                d = "up" if new > rc.replicas else "down"
+                self.last_decisions.append(f"{rc.namespace}/{rc.name}: {d} {rc.replicas}->{new} {action.reason}")
+                self.decision_log.append((now, "scale", f"{rc.namespace}/{rc.name}", d, action.reason))
+            rc.replicas = new
+            if action.delete:
+                rc.workers_to_delete = list(action.delete)
+            self._reconcile_workers(rc)
+            self._assign(rc)
+        if self.unplaced or any(w.state == RESERVED for w in self.workloads.values()):
+            self.request_pass()
+        if self.cfg.check_invariants:
+            self.check_invariants()
+        self.push(now + dt, "tick")
+
+    def usage_now(self) -> tuple[int, float, int]:
+        """(allocated GPUs, used GPU-equivalents, allocated GPUs under the idle threshold) now."""
+        now = self.now
+        allocated = self.cluster.allocated_gpus()
+        used = 0.0
+        idle = 0
+        for rc in self.rays.values():
+            for wk in rc.workers.values():
+                u = wk.util(now)
+                used += u
+                idle += u < IDLE_UTIL
+        for name, start in self.run_start.items():
+            w = self.workloads.get(name)
+            if w is None:
+                continue
+            t = now - start - self.cfg.rayjob_startup_s
+            u = w.job.util_at(t) if t >= 0 else 0.0
+            used += u * w.gpus
+            if u < IDLE_UTIL:
+                idle += w.gpus
+        return allocated, used, idle
+
+    def _account(self, dt: float) -> None:
+        allocated, used, idle = self.usage_now()
+        self.metrics.account(dt, allocated, used, idle)
+
+    def queue_length(self) -> int:
+        return sum(len(rc.queue) for rc in self.rays.values()) + sum(
+            1 for w in self.workloads.values() if w.state in (PENDING, RESERVED, ADMITTED))
+
+    def _sample_timeline(self) -> None:
+        allocated, used, _ = self.usage_now()
+        pending_gpus = sum(len(rc.queue) for rc in self.rays.values()) + sum(
+            w.gpus for w in self.workloads.values() if w.state in (PENDING, RESERVED, ADMITTED))
+        self.metrics.timeline.append((self.now, self.queue_length(), allocated, round(used, 2), pending_gpus))
+
+    # --------------------------------------------------------------------------- invariants
+    def check_invariants(self) -> None:
+        """GPUs conserved; nothing runs unadmitted; quota within nominal + borrowing."""
+        self.cluster.check()
+        self.kueue.check()
+        pods_expected = 0
+        for w in self.workloads.values():
+            if w.state == RUNNING:
+                assert w.check_state == "Ready" or not self.policy.admission.with_check, f"{w.name} runs unadmitted"
+                assert w.flavor is not None, f"{w.name} runs without quota"
+                pods_expected += w.job.pods
+            else:
+                for i in range(w.job.pods):
+                    assert f"{w.namespace}/{w.name}-{i}" not in self.cluster.pod_gpus, f"{w.name} has pods bound unadmitted"
+        workers = sum(len(rc.workers) for rc in self.rays.values())
+        assert len(self.cluster.pod_gpus) == pods_expected + workers, "bound pods != running pods + workers"
+        alloc = self.cluster.allocated_gpus()
+        expect = sum(w.gpus for w in self.workloads.values() if w.state == RUNNING) + workers
+        assert alloc == expect, f"allocated {alloc} != {expect}"
+        free = sum(self.cluster.free_gpus(f) for f in self.cluster.flavors)
+        unhealthy_free = sum(1 for n in self.cluster.nodes for h, o in zip(n.healthy, n.owner, strict=True)
+                             if not h and o is None)
+        assert alloc + free + unhealthy_free == self.cluster.total_gpus, "GPUs not conserved"
+        for t, rc in self.rays.items():
+            q = self.kueue.cqs[rc.cq]
+            reserved = sum(w.gpus for w in self.workloads.values() if w.cq == rc.cq and w.state in (RESERVED, ADMITTED, RUNNING))
+            assert abs(q.usage.get(rc.flavor, 0.0) - reserved - len(rc.workers)) < 1e-6, f"{t}: quota usage drifted"
+
+
+def _apportion(total: int, shares: dict[str, float]) -> dict[str, int]:
+    """Largest-remainder split of ``total`` GPUs of nominal quota by share (sums to ``total``)."""
+    raw = {t: total * s for t, s in shares.items()}
+    out = {t: int(v) for t, v in raw.items()}
+    for t in sorted(raw, key=lambda t: (-(raw[t] - out[t]), t))[: total - sum(out.values())]:
+        out[t] += 1
+    return out
+
+
+# ---------------------------------------------------------------------------------- front door
+def run_policies(jobs: Sequence[Job], window_s: float, policies: Sequence[str], cfg: SimConfig,
+                 progress_factory: Callable[[str], Callable[[float], None] | None] | None = None,
+                 ) -> dict[str, Engine]:
+    """Run each policy over the same jobs; returns the finished engines (``engine.metrics``)."""
+    out: dict[str, Engine] = {}
+    for name in policies:
+        prog = progress_factory(name) if progress_factory else None
+        eng = Engine(jobs, window_s, name, cfg, prog)
+        eng.run()
+        out[name] = eng
+    return out

@@ -1,0 +1,85 @@
+"""KubeRay + Ray, simulated: a team's long-lived RayCluster with one 1-GPU worker group.
+
+Ray tasks (the trace's 1-GPU jobs) queue in the cluster; a ready worker with nothing on it takes
+the oldest.  A task is *busy* for its duration (GPU at its utilization level), then its actor
+lingers for an idle tail (GPU at 0 %, yet Ray counts the worker as busy), then the worker is idle.
+A worker starts ``startup_s`` after its pod is created (image pull, raylet start).
+
+Deleting a worker (a scale-down) ends what it holds: an idle tail ends early (its work is done);
+a busy task is killed and goes back to the head of the queue, to restart from scratch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from simulator.workload import Job
+
+
+@dataclass(slots=True)
+class SimWorker:
+    name: str
+    created: float
+    ready_at: float
+    task: Job | None = None
+    busy_until: float = 0.0
+    tail_until: float = 0.0
+    idle_since: float = 0.0
+    generation: int = 0  # bumped when the task changes (stale events are ignored)
+
+    def ready(self, now: float) -> bool:
+        return now >= self.ready_at
+
+    def busy(self, now: float) -> bool:
+        """Running a task's work (not its idle tail)."""
+        return self.task is not None and now < self.busy_until
+
+    def ray_busy(self) -> bool:
+        """Ray's view: a task or actor holds the worker's resources (includes the idle tail)."""
+        return self.task is not None
+
+    def util(self, now: float) -> float:
+        if self.task is not None and now < self.busy_until:
+            return self.task.util
+        return 0.0
+
+
+@dataclass(slots=True)
+class SimRayCluster:
+    team: str
+    cq: str
+    flavor: str
+    min_replicas: int
+    max_replicas: int
+    replicas: int  # spec.workerGroupSpecs[0].replicas
+    startup_s: float
+    workers: dict[str, SimWorker] = field(default_factory=dict)
+    queue: deque[tuple[Job, float]] = field(default_factory=deque)  # (task, enqueued at)
+    workers_to_delete: list[str] = field(default_factory=list)
+    next_id: int = 0
+    version: int = 0
+    killed_tasks: int = 0
+
+    @property
+    def namespace(self) -> str:
+        return self.team
+
+    @property
+    def name(self) -> str:
+        return f"{self.team}-ray"
+
+    group = "gpu-workers"
+
+    def new_worker_name(self) -> str:
+        self.next_id += 1
+        return f"{self.name}-{self.group}-{self.next_id:05d}"
+
+    def free_ready_workers(self, now: float) -> list[SimWorker]:
+        return [w for w in self.workers.values() if w.task is None and w.ready(now)]
+
+    def launching(self, now: float) -> int:
+        return sum(1 for w in self.workers.values() if not w.ready(now))
+
+    def running_tasks(self, now: float) -> int:
+        return sum(1 for w in self.workers.values() if w.task is not None)

@@ -1,0 +1,178 @@
+"""Build ``ClusterSnapshot``s from the simulator's state, as the controller's snapshot builder would.
+
+The simulated world is mapped onto the same immutable types the controller hands the policies:
+nodes with per-GPU health and pod attribution (the exporter's view), one ResourceFlavor per
+simulated flavor, a ClusterQueue per team (with our AdmissionCheck when the policy uses it),
+Workloads for RayJobs with their Kueue conditions, and each team's RayCluster with its workers'
+GPU utilization and Ray's pending demand.  Every signal is fresh (``observed_at = now``).
+NodeStates and WorkloadStates are cached by version: a month of trace builds tens of thousands of
+snapshots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from autoscaler.core.snapshot import (
+    AUTOSCALE_ANNOTATION,
+    ELASTIC_JOB_ANNOTATION,
+    GPU_RESOURCE,
+    QUEUE_NAME_LABEL,
+    AdmissionCheckObj,
+    CheckState,
+    ClusterQueueState,
+    ClusterSnapshot,
+    FlavorState,
+    GpuState,
+    LocalQueueState,
+    NodeState,
+    PodKey,
+    PodSetSpec,
+    RayClusterState,
+    RayDemand,
+    RayWorker,
+    SignalStatus,
+    WorkerGroupState,
+    WorkloadState,
+    frozen_map,
+)
+from simulator.cluster import SimCluster, SimNode
+from simulator.kueue import ADMITTED, RESERVED, RUNNING, SimKueue, SimWorkload
+from simulator.ray import SimRayCluster, SimWorker
+
+CHECK_NAME = "gpu-capacity"
+CONTROLLER_NAME = "queuepilot.io/gpu-capacity"
+FLAVOR_LABEL = "queuepilot.io/sim-flavor"
+GPU_MODEL = "NVIDIA A100-SXM4-80GB"
+POD_SET = "workers"
+SIGNAL_STALE_AFTER_S = 120.0
+
+
+def pod_key(pod_id: str) -> PodKey:
+    ns, _, name = pod_id.partition("/")
+    return PodKey(ns, name)
+
+
+class SnapshotBuilder:
+    def __init__(self, cluster: SimCluster, kueue: SimKueue, with_check: bool) -> None:
+        self.cluster = cluster
+        self.kueue = kueue
+        self.with_check = with_check
+        self._nodes: dict[str, tuple[int, NodeState]] = {}
+        self._workloads: dict[str, tuple[int, WorkloadState]] = {}
+        self._workers: dict[str, tuple[tuple[int, bool, bool], RayWorker]] = {}
+        self._flavors = frozen_map({
+            f: FlavorState(f, frozen_map({FLAVOR_LABEL: f}), tuple(n.name for n in nodes))
+            for f, nodes in cluster.flavors.items()
+        })
+        self._checks = frozen_map(
+            {CHECK_NAME: AdmissionCheckObj(CHECK_NAME, CONTROLLER_NAME, True, "1")} if with_check else {}
+        )
+        self._local_queues = frozen_map({
+            f"{q.namespace}/{q.local_queue}": LocalQueueState(q.namespace, q.local_queue, q.name)
+            for q in kueue.cqs.values()
+        })
+
+    def node_state(self, n: SimNode) -> NodeState:
+        cached = self._nodes.get(n.name)
+        if cached is not None and cached[0] == n.version:
+            return cached[1]
+        gpus = tuple(
+            GpuState(
+                uuid=f"GPU-{n.name}-{i}", node=n.name, index=i, model=GPU_MODEL, healthy=n.healthy[i],
+                health_reason="" if n.healthy[i] else "XidFatal", pod=pod_key(o) if o else None,
+            )
+            for i, o in enumerate(n.owner)
+        )
+        state = NodeState(
+            name=n.name, labels=frozen_map({FLAVOR_LABEL: n.flavor}), gpu_allocatable=n.gpus,
+            gpu_requested=n.allocated, gpus=gpus,
+        )
+        self._nodes[n.name] = (n.version, state)
+        return state
+
+    def workload_state(self, w: SimWorkload) -> WorkloadState:
+        key = f"{w.namespace}/{w.name}"
+        cached = self._workloads.get(key)
+        if cached is not None and cached[0] == w.version:
+            return cached[1]
+        reserved = w.state in (RESERVED, ADMITTED, RUNNING)
+        checks = (
+            (CheckState(CHECK_NAME, w.check_state, w.check_changed_at, w.check_message),) if self.with_check else ()
+        )
+        state = WorkloadState(
+            namespace=w.namespace, name=w.name, uid=f"uid-{w.job.id}", resource_version=str(w.version),
+            local_queue="default", cluster_queue=w.cq, created_at=w.created,
+            pod_sets=(PodSetSpec(POD_SET, w.job.pods, frozen_map({GPU_RESOURCE: w.job.gpus_per_pod})),),
+            quota_reserved=reserved, quota_reserved_at=w.reserved_at if reserved else None,
+            admitted=w.state in (ADMITTED, RUNNING), admitted_at=w.admitted_at,
+            requeued_at=w.requeued_at,
+            flavors=frozen_map({POD_SET: frozen_map({GPU_RESOURCE: w.flavor})}) if w.flavor else frozen_map(),
+            admitted_counts=frozen_map({POD_SET: w.job.pods}) if reserved else frozen_map(),
+            checks=checks, owner_kind="RayJob", owner_name=f"job-{w.job.id}",
+        )
+        self._workloads[key] = (w.version, state)
+        return state
+
+    def forget(self, w: SimWorkload) -> None:
+        self._workloads.pop(f"{w.namespace}/{w.name}", None)
+
+    def ray_state(self, rc: SimRayCluster, now: float) -> RayClusterState:
+        workers = tuple(self._worker(rc, w, now) for w in sorted(rc.workers.values(), key=lambda x: x.name))
+        group = WorkerGroupState(
+            name=rc.group, replicas=rc.replicas, min_replicas=rc.min_replicas, max_replicas=rc.max_replicas,
+            gpus_per_worker=1, cpu_per_worker=8.0, memory_per_worker=64 * 2**30,
+            ray_resources=frozen_map({"GPU": 1.0, "CPU": 8.0}), workers=workers,
+            workers_to_delete=tuple(n for n in rc.workers_to_delete if n in rc.workers),
+        )
+        # Ray reports the pending tasks as one shape with their full count (the scaler packs
+        # identical bundles as one run, so a count of thousands costs no more than one)
+        demand = (RayDemand("task", frozen_map({"GPU": 1.0}), count=len(rc.queue)),) if rc.queue else ()
+        return RayClusterState(
+            namespace=rc.namespace, name=rc.name, uid=f"uid-{rc.name}", resource_version=str(rc.version),
+            annotations=frozen_map({AUTOSCALE_ANNOTATION: "true", ELASTIC_JOB_ANNOTATION: "true"}),
+            labels=frozen_map({QUEUE_NAME_LABEL: "default"}), in_tree_autoscaler=False, groups=(group,),
+            demand=demand, demand_signal=SignalStatus(f"ray/{rc.namespace}/{rc.name}", now, 60.0),
+            cluster_queue=rc.cq, created_at=0.0,
+        )
+
+    def _worker(self, rc: SimRayCluster, w: SimWorker, now: float) -> RayWorker:
+        key = (w.generation, w.ready(now), w.busy(now))
+        cached = self._workers.get(w.name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        u = w.util(now)
+        state = RayWorker(
+            pod=w.name, node=self.cluster.node_of(f"{rc.namespace}/{w.name}"), phase="Running", ready=key[1],
+            created_at=w.created, gpus=1, gpu_utilization=u, cpu_utilization=0.05 + 0.5 * u, ray_busy=w.ray_busy(),
+        )
+        self._workers[w.name] = (key, state)
+        return state
+
+    def forget_worker(self, name: str) -> None:
+        self._workers.pop(name, None)
+
+    def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster]) -> ClusterSnapshot:
+        nodes = {n.name: self.node_state(n) for n in self.cluster.nodes}
+        cqs = {
+            q.name: ClusterQueueState(
+                name=q.name, cohort=q.cohort, nominal_gpus=frozen_map(q.nominal),
+                borrowing_limit_gpus=frozen_map(q.borrowing_limit), used_gpus=frozen_map(q.usage),
+                admission_checks=(CHECK_NAME,) if self.with_check else (), flavor_order=tuple(q.nominal),
+            )
+            for q in self.kueue.cqs.values()
+        }
+        wls = {}
+        for w in workloads:
+            s = self.workload_state(w)
+            wls[s.key] = s
+        rcs = {}
+        for rc in rays:
+            s = self.ray_state(rc, now)
+            rcs[s.key] = s
+        signals = {"gpu": SignalStatus("gpu", now, SIGNAL_STALE_AFTER_S)}
+        return ClusterSnapshot(
+            taken_at=now, nodes=frozen_map(nodes), flavors=self._flavors, cluster_queues=frozen_map(cqs),
+            local_queues=self._local_queues, workloads=frozen_map(wls), admission_checks=self._checks,
+            ray_clusters=frozen_map(rcs), signals=frozen_map(signals),
+        )
