@@ -75,6 +75,8 @@ class GpuState:
     healthy: bool = True
     health_reason: str = ""
     utilization: float | None = None  # 0-1, None when unknown
+    # which series ``utilization`` came from: "gr_engine_active" / "sm_active" (profiling) or "gpu_util"
+    utilization_source: str = ""
     memory_used_bytes: float | None = None
     pod: PodKey | None = None  # allocated to, per the exporter's PodResources attribution
 

@@ -1,0 +1,5 @@
+"""Process plumbing every queuepilot service shares: serving an aiohttp app with limits, flag defaults
+from the environment, listen-address parsing, bounded error kinds.
+
+The floor of the import graph: it imports no other queuepilot package.
+"""
