@@ -131,15 +131,26 @@ class ControllerCollector(Collector):
 
     # ------------------------------------------------------------------------------------ queues
     def _queues(self, snap: ClusterSnapshot, now: float, fams: dict[str, GaugeMetricFamily]) -> None:
-        count: dict[tuple[str, str, str], int] = defaultdict(int)  # (cluster_queue, namespace, local_queue)
+        # (cluster_queue, namespace, local_queue); every known queue starts at 0, as Kueue's own gauges
+        # do, so an idle queue shows 0 rather than no data. A ClusterQueue no LocalQueue points at
+        # gets one series with empty namespace/local_queue.
+        count: dict[tuple[str, str, str], int] = {}
         oldest: dict[tuple[str, str, str], float] = {}
+        with_local: set[str] = set()
+        for lq in snap.local_queues.values():
+            key = (lq.cluster_queue, lq.namespace, lq.name)
+            count[key], oldest[key] = 0, 0.0
+            with_local.add(lq.cluster_queue)
+        for cq_name in snap.cluster_queues:
+            if cq_name not in with_local:
+                count[(cq_name, "", "")], oldest[(cq_name, "", "")] = 0, 0.0
         gpus: dict[tuple[str, str], float] = defaultdict(float)
         for w in snap.workloads.values():
             if not w.pending:
                 continue
             cq = w.cluster_queue or ""
             key = (cq, w.namespace, w.local_queue)
-            count[key] += 1
+            count[key] = count.get(key, 0) + 1
             oldest[key] = max(oldest.get(key, 0.0), max(0.0, now - w.queued_since))
             cq_state = snap.cluster_queues.get(cq)
             default_flavor = cq_state.flavor_order[0] if cq_state and cq_state.flavor_order else NO_FLAVOR

@@ -47,6 +47,44 @@ def test_queue_gauges():
     assert value(reg, "queuepilot_queue_pending_gpus", cluster_queue="cq-b", flavor="h100") == 8
 
 
+def _idle(snap):
+    """``snap`` with no pending workload left (every workload finished or admitted)."""
+    kept = {k: w for k, w in snap.workloads.items() if not w.pending}
+    assert len(kept) < len(snap.workloads)  # the scenario did have pending work
+    return dataclasses.replace(snap, workloads=kept)
+
+
+def test_idle_queues_report_zero_not_nothing():
+    reg = render(_idle(build()))
+    for cq, ns, lq in (("cq-a", "team-a", "lq-a"), ("cq-b", "team-b", "lq-b")):
+        labels = {"cluster_queue": cq, "namespace": ns, "local_queue": lq}
+        assert value(reg, "queuepilot_queue_pending_workloads", **labels) == 0
+        assert value(reg, "queuepilot_queue_oldest_pending_seconds", **labels) == 0
+    text = generate_latest(reg).decode()
+    assert text.count("queuepilot_queue_pending_workloads{") == 2  # one per LocalQueue, nothing else
+
+
+def test_cluster_queue_without_local_queue_reports_zero():
+    snap = _idle(build())
+    cq_c = dataclasses.replace(snap.cluster_queues["cq-a"], name="cq-c")
+    snap = dataclasses.replace(snap, cluster_queues={**snap.cluster_queues, "cq-c": cq_c})
+    reg = render(snap)
+    labels = {"cluster_queue": "cq-c", "namespace": "", "local_queue": ""}
+    assert value(reg, "queuepilot_queue_pending_workloads", **labels) == 0
+    assert value(reg, "queuepilot_queue_oldest_pending_seconds", **labels) == 0
+    # queues that have LocalQueues get no such queue-only series
+    assert value(reg, "queuepilot_queue_pending_workloads", cluster_queue="cq-a", namespace="", local_queue="") is None
+
+
+def test_busy_queue_next_to_an_idle_one():
+    snap = build()
+    kept = {k: w for k, w in snap.workloads.items() if not (w.pending and w.namespace == "team-b")}
+    reg = render(dataclasses.replace(snap, workloads=kept))
+    assert value(reg, "queuepilot_queue_pending_workloads", cluster_queue="cq-a", namespace="team-a", local_queue="lq-a") == 2
+    assert value(reg, "queuepilot_queue_pending_workloads", cluster_queue="cq-b", namespace="team-b", local_queue="lq-b") == 0
+    assert value(reg, "queuepilot_queue_oldest_pending_seconds", cluster_queue="cq-b", namespace="team-b", local_queue="lq-b") == 0
+
+
 def test_capacity_gauges_take_reserved_gpus_off_free():
     reg = render(build(), Published(reserved_gpus={"h100": 2}))
     got = {s: value(reg, "queuepilot_flavor_gpus", flavor="h100", state=s) for s in m.FLAVOR_STATES}
