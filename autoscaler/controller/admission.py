@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from typing import Any
 
-from autoscaler.act.admissioncheck_status import ensure_active
-from autoscaler.act.events import EventSink, ObjectRef
+from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
-from autoscaler.act.workload_status import write_check_state
-from autoscaler.controller.context import ControllerContext
+from autoscaler.act.writer import Writer
+from autoscaler.controller.context import ControllerContext, writer_for
 from autoscaler.core.policy.admission import AdmissionDecision, decide_admissions, rebuild_ledger
 from autoscaler.core.policy.config import admission_config
 from autoscaler.core.policy.ledger import Ledger, release
@@ -52,16 +52,15 @@ class AdmissionReconciler:
     def __init__(
         self,
         ctx: ControllerContext,
-        events: EventSink | None = None,
+        writer: Writer | None = None,
         *,
         write_concurrency: int = 8,
         leader_gap_seconds: float = 120.0,
     ) -> None:
         self.ctx = ctx
         self.config = replace(admission_config(ctx.settings), controller_name=ctx.controller_name)
-        # without an API client (demo, simulator) nothing can be written: behave as in dry-run
-        self.dry_run = ctx.dry_run or ctx.api_client is None
-        self.events = events or EventSink(ctx.api_client, ctx.counters, dry_run=self.dry_run)
+        self.writer = writer or writer_for(ctx)
+        self.dry_run = self.writer.dry_run
         self.ledger: Ledger | None = None
         self.history: dict[str, int] = {}
         self.leader_gap_seconds = leader_gap_seconds
@@ -94,18 +93,14 @@ class AdmissionReconciler:
             if now - self._activated.get(name, float("-inf")) < 5.0:
                 continue  # our write is on its way through the watch; don't repeat it every pass
             self._activated[name] = now
-            outcome = await ensure_active(self.ctx.api_client, name, field_manager=self.config.controller_name,
-                                          now=now, counters=self.ctx.counters, dry_run=self.dry_run)
+            outcome = await self.writer.activate_check(name, now)
             if outcome.result in ("written", "dry_run"):
                 remember(self.ctx, f"AdmissionCheck {name}: set Active=True")
 
     async def _write(self, d: AdmissionDecision, now: float) -> WriteOutcome:
         async with self._sem:
             try:
-                return await write_check_state(
-                    self.ctx.api_client, d, field_manager=self.config.controller_name, now=now,
-                    counters=self.ctx.counters, dry_run=self.dry_run,
-                )
+                return await self.writer.set_check_state(d, now)
             except Exception as exc:  # never let one workload break the pass
                 log.exception("writing %s for %s failed", d.state, d.workload)
                 return WriteOutcome("error", type(exc).__name__)
@@ -125,12 +120,17 @@ class AdmissionReconciler:
                 self.ctx.counters.admission_decision_seconds.observe(max(0.0, now - d.quota_reserved_at))
         ref = ObjectRef("kueue.x-k8s.io/v1beta2", "Workload", d.namespace, d.name, d.uid)
         etype = "Normal" if d.state == CHECK_READY else "Warning"
-        self.events.post(ref, etype, d.reason, f"{d.check}: {d.state or 'Pending'}: {d.message}", now)
+        self.writer.post_event(ref, etype, d.reason, f"{d.check}: {d.state or 'Pending'}: {d.message}", now)
         line = f"{d.workload} [{d.cluster_queue}] {d.state or 'Pending'} {d.reason}: {d.message}"
         if outcome.result == "dry_run":
             line = "(dry-run) " + line
         remember(self.ctx, line)
         log.info("admission %s", line)
 
+    @property
+    def events(self) -> Any:
+        """The writer's Event sender (``KubeWriter.events``), for tests that wait for Events."""
+        return getattr(self.writer, "events", None)
+
     async def close(self) -> None:
-        await self.events.close()
+        await self.writer.close()

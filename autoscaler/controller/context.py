@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from autoscaler.act.kube_writer import KubeWriter
+from autoscaler.act.writer import Writer
 from autoscaler.controller.counters import ControllerCounters
 from autoscaler.core.snapshot import ClusterSnapshot
 
@@ -35,7 +37,7 @@ class Published:
 class ControllerContext:
     """What a reconciler gets at construction: the API client, the config and the shared registry."""
 
-    api_client: Any  # kubernetes_asyncio.client.ApiClient (None in the demo/simulator)
+    api_client: Any  # kubernetes_asyncio.client.ApiClient (None in the simulator and the demo)
     registry: CollectorRegistry
     counters: ControllerCounters
     dry_run: bool = False
@@ -46,6 +48,9 @@ class ControllerContext:
     field_manager: str = "queuepilot"
     # callable(signal_name) -> None: ask the controller for a pass soon (e.g. after a write)
     request_pass: Any = None
+    # how decisions reach the world: None -> a KubeWriter over ``api_client`` (build_reconcilers);
+    # the simulator and the demo pass their own
+    writer: Writer | None = None
 
 
 class Reconciler(Protocol):
@@ -54,3 +59,12 @@ class Reconciler(Protocol):
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         """Decide on ``snapshot`` (pure policy) and act (the one write). Must never raise for bad data."""
         ...
+
+
+def writer_for(ctx: ControllerContext) -> Writer:
+    """``ctx.writer``, or a ``KubeWriter`` over ``ctx.api_client`` (stored back, so every reconciler
+    of this context shares one writer and one Event sender)."""
+    if ctx.writer is None:
+        ctx.writer = KubeWriter(ctx.api_client, ctx.counters, controller_name=ctx.controller_name,
+                                field_manager=ctx.field_manager, dry_run=ctx.dry_run or ctx.api_client is None)
+    return ctx.writer

@@ -1,6 +1,8 @@
 """Which deciders the controller runs: the GPU-capacity admission check and the worker-group scaler.
 
-Both share one ``EventSink`` (one background Event sender).  Each keeps its state between passes
+Both act through one ``Writer`` (``ctx.writer``; by default a ``KubeWriter`` over the API client,
+with one background Event sender); the simulator and the demo hand in their own, so all three run
+these same reconcilers.  Each keeps its state between passes
 in memory: the admission reconciler its reservation ledger and retry counts (rebuilt from the
 cluster when it (re)gains leadership), the scaler each group's recommendation window, scale
 events and idle timers (lost on restart: the scaler then starts with empty windows, so the first
@@ -9,12 +11,11 @@ scale-down waits a full idle window again — the safe direction).
 
 from __future__ import annotations
 
-from autoscaler.act.events import EventSink
 from autoscaler.controller.admission import AdmissionReconciler
-from autoscaler.controller.context import ControllerContext, Reconciler
+from autoscaler.controller.context import ControllerContext, Reconciler, writer_for
 from autoscaler.controller.scaling import ScalingReconciler
 
 
 def build_reconcilers(ctx: ControllerContext) -> list[Reconciler]:
-    events = EventSink(ctx.api_client, ctx.counters, dry_run=ctx.dry_run)
-    return [AdmissionReconciler(ctx, events), ScalingReconciler(ctx, events)]
+    writer = writer_for(ctx)
+    return [AdmissionReconciler(ctx, writer), ScalingReconciler(ctx, writer)]

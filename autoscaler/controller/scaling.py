@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from autoscaler.act.events import EventSink, ObjectRef
+from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
-from autoscaler.act.raycluster_patch import patch_group
+from autoscaler.act.writer import Writer
 from autoscaler.controller.admission import remember
-from autoscaler.controller.context import ControllerContext
+from autoscaler.controller.context import ControllerContext, writer_for
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import scaling_defaults
 from autoscaler.core.policy.quota import CohortTotals, cohort_totals
@@ -48,12 +49,11 @@ YIELD_EVERY = 200  # clusters decided between two yields to the event loop
 class ScalingReconciler:
     name = "scaling"
 
-    def __init__(self, ctx: ControllerContext, events: EventSink | None = None) -> None:
+    def __init__(self, ctx: ControllerContext, writer: Writer | None = None) -> None:
         self.ctx = ctx
         self.defaults = scaling_defaults(ctx.settings)
-        # without an API client (demo, simulator) nothing can be written: behave as in dry-run
-        self.dry_run = ctx.dry_run or ctx.api_client is None
-        self.events = events or EventSink(ctx.api_client, ctx.counters, dry_run=self.dry_run)
+        self.writer = writer or writer_for(ctx)
+        self.dry_run = self.writer.dry_run
         self.history: dict[str, Mapping[str, GroupHistory]] = {}
         self._last: dict[tuple[str, str, str], tuple[str, str, int, tuple[str, ...]]] = {}
         self._warned: dict[str, tuple[str, ...]] = {}
@@ -106,7 +106,7 @@ class ScalingReconciler:
         if result.warnings != self._warned.get(rc.key, ()):
             self._warned[rc.key] = result.warnings
             for w in result.warnings:
-                self.events.post(ref, "Warning", R.MALFORMED_ANNOTATION, w, now)
+                self.writer.post_event(ref, "Warning", R.MALFORMED_ANNOTATION, w, now)
                 remember(self.ctx, f"{rc.key}: {R.MALFORMED_ANNOTATION}: {w}")
         index = {g.name: i for i, g in enumerate(rc.groups)}
         for d in result.decisions:
@@ -115,8 +115,7 @@ class ScalingReconciler:
             self.ctx.published.idle_gpus[gk] = d.idle_gpus
             outcome = WriteOutcome("unchanged")
             if d.write != "none":
-                outcome = await patch_group(self.ctx.api_client, d, index[d.group], field_manager=self.ctx.field_manager,
-                                            counters=self.ctx.counters, dry_run=self.dry_run)
+                outcome = await self.writer.patch_group(d, index[d.group], now)
                 if outcome.result not in ("written", "dry_run"):
                     # not written: keep the new observations, forget the change that did not happen
                     old = previous.get(d.group, GroupHistory())
@@ -141,12 +140,17 @@ class ScalingReconciler:
             return
         message = d.message + (f"; infeasible: {'; '.join(d.infeasible)}" if d.infeasible else "")
         etype = "Warning" if (d.reason in _WARNING_REASONS or (d.infeasible and not wrote)) else "Normal"
-        self.events.post(ref, etype, d.reason, f"group {d.group}: {message}", now)
+        self.writer.post_event(ref, etype, d.reason, f"group {d.group}: {message}", now)
         line = f"{d.namespace}/{d.cluster}/{d.group} {d.direction} {d.current}->{d.desired} {d.reason}: {message}"
         if outcome.result == "dry_run":
             line = "(dry-run) " + line
         remember(self.ctx, line)
         log.info("scaling %s", line)
 
+    @property
+    def events(self) -> Any:
+        """The writer's Event sender (``KubeWriter.events``), for tests that wait for Events."""
+        return getattr(self.writer, "events", None)
+
     async def close(self) -> None:
-        await self.events.close()
+        await self.writer.close()

@@ -1,0 +1,56 @@
+"""The ``Writer``: the only way a reconciler changes the world.
+
+A reconciler decides (pure policy) and then acts through exactly these calls; what a call does is
+the implementation's business:
+
+- ``KubeWriter`` (``autoscaler.act.kube_writer``) talks to the Kubernetes API: server-side apply
+  of our admission-check entry, one guarded JSON patch per worker group, Events;
+- the simulator's writer applies the same calls to its simulated Kueue / KubeRay state.
+
+So the controller, the simulator and the demo run one decide -> act -> explain path: the same
+reconcilers, ledger, rollbacks, counters and explanations, with a different ``Writer`` underneath.
+Every call returns a ``WriteOutcome`` (never raises for a refused write) and ``post_event`` never
+blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from autoscaler.act.outcome import WriteOutcome
+from autoscaler.core.policy.admission import AdmissionDecision
+from autoscaler.core.policy.scaling import GroupDecision
+
+EventType = Literal["Normal", "Warning"]
+
+
+class EventTarget(Protocol):
+    """The object an Event is about (``autoscaler.act.events.ObjectRef`` is the one in use)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+
+class Writer(Protocol):
+    dry_run: bool
+
+    async def activate_check(self, name: str, now: float) -> WriteOutcome:
+        """Keep ``Active=True`` on AdmissionCheck ``name`` (the caller saw it is ours and not active)."""
+        ...
+
+    async def set_check_state(self, decision: AdmissionDecision, now: float) -> WriteOutcome:
+        """Write our entry of the Workload's ``status.admissionChecks`` as ``decision`` says."""
+        ...
+
+    async def patch_group(self, decision: GroupDecision, group_index: int, now: float) -> WriteOutcome:
+        """Write a worker group's replicas / workersToDelete / min / max as ``decision`` says."""
+        ...
+
+    def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
+        """Queue an Event on ``ref``; never blocks, never raises."""
+        ...
+
+    async def close(self) -> None: ...
