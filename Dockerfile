@@ -1,7 +1,10 @@
 # queuepilot: one image for both deployables (entrypoint `queuepilot`):
 #   queuepilot exporter ...     the GPU node exporter (DaemonSet)
 #   queuepilot controller ...   the controller + queue-name webhook (Deployment)
-# Build from the repository root:  docker build -t ghcr.io/queuepilot/queuepilot:0.1.0 .
+# Build from the repository root (docs/install.md has the push and multi-arch steps):
+#   docker build -t ghcr.io/queuepilot/queuepilot:0.1.0 .
+#   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/queuepilot:TAG --push .
+# Only the runtime packages go in: no simulator, no `sim` or `dev` extra (numpy, matplotlib, ray).
 # The gRPC stubs (exporter/podresources/api_pb2*.py) are committed, so no protoc runs here.
 # NVML (libnvidia-ml.so.1) is not in the image: the NVIDIA container runtime injects the host
 # driver's library into the exporter pod (NVIDIA_VISIBLE_DEVICES / runtimeClassName: nvidia).
@@ -13,13 +16,16 @@ WORKDIR /src
 RUN python -m venv /opt/queuepilot
 COPY pyproject.toml README.md ./
 COPY queuepilot/ queuepilot/
+COPY servicekit/ servicekit/
 COPY exporter/ exporter/
 COPY autoscaler/ autoscaler/
 COPY dashboards/ dashboards/
 COPY alerts/ alerts/
+# `pip install .` without extras: the image never carries the simulator's numpy/matplotlib
 RUN /opt/queuepilot/bin/pip install . \
  && /opt/queuepilot/bin/python -m compileall -q /opt/queuepilot/lib \
- && /opt/queuepilot/bin/queuepilot --version
+ && /opt/queuepilot/bin/queuepilot --version \
+ && ! /opt/queuepilot/bin/python -c "import numpy" 2>/dev/null
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="queuepilot" \
