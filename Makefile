@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+DEMO_STAMP := $(VENV)/.demo-stamp
 APT_STAMP := .make/apt-stamp
 export QUEUEPILOT_SHARED ?= $(abspath ../shared)
 export PYTHONDONTWRITEBYTECODE := 1
@@ -31,6 +32,13 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 venv: $(STAMP)
+
+# the demo needs the runtime and the simulator extra only (no test toolchain, no Ray)
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[sim]'
+	@touch $@
 
 $(APT_STAMP):
 	@mkdir -p .make
@@ -62,11 +70,12 @@ generate: venv
 lint: venv
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m mypy
 
 test: setup lint
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
-demo: venv
+demo: $(DEMO_STAMP)
 	$(PY) -m queuepilot demo $(DEMO_ARGS)
 
 bench: setup
