@@ -11,6 +11,11 @@ One cycle (:meth:`Agent.collect_once`):
    source's own pod labels stay.
 3. Health per GPU (``exporter.health.classify``), history carried between cycles by UUID.
 4. XID totals per (GPU, xid), then an immutable ``ExporterState`` is published to the collector.
+   A (GPU, xid) series appears at 0 and stays at 0 for ``xid_zero_hold`` seconds (default 60 s, at
+   least two scrapes at the usual 15-30 s) before its count shows: Prometheus' ``increase()`` and
+   ``rate()`` need a sample before the first XID to see it, and seeding a zero series for every
+   possible XID of every GPU would cost hundreds of series per node.  Only the counter waits: health
+   uses the events at once.
 
 Nothing here raises out of the loop: the exporter keeps serving its last state.
 """
@@ -61,6 +66,7 @@ class Agent:
         health: HealthConfig = HealthConfig(),
         stale_after_intervals: float = 3.0,
         clock: Callable[[], float] = time.time,
+        xid_zero_hold: float = 60.0,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
@@ -80,6 +86,9 @@ class Agent:
         self._last_good: FleetSample | None = None
         self._history: dict[str, GpuHistory] = {}
         self._xids: dict[tuple[str, int], int] = {}
+        self.xid_zero_hold = xid_zero_hold
+        self._xid_shown_from: dict[tuple[str, int], float] = {}  # (uuid, xid) -> when its count may show
+        self._verdicts: dict[str, str] = {}  # uuid -> last health reason logged
         kinds = (*BASE_SOURCE_KINDS, *getattr(source, "ERROR_KINDS", ()))
         self._errors: dict[tuple[str, str], int] = {(source.name, k): 0 for k in kinds}
         if pod_resources is not None:
@@ -129,7 +138,10 @@ class Agent:
             self._recovered(name, frozenset(k for k, n in sample.errors.items() if n))
             for g in sample.gpus:
                 for xid, _at in g.xid_events:
-                    self._xids[(g.uuid, xid)] = self._xids.get((g.uuid, xid), 0) + 1
+                    key = (g.uuid, xid)
+                    if key not in self._xids:
+                        self._xid_shown_from[key] = now + self.xid_zero_hold
+                    self._xids[key] = self._xids.get(key, 0) + 1
 
         if sample is not None and self.pod_resources is not None:
             try:
@@ -147,6 +159,7 @@ class Agent:
             history: dict[str, GpuHistory] = {}
             for g in sample.gpus:
                 verdict, history[g.uuid] = classify(g, self._history.get(g.uuid, EMPTY_HISTORY), now, self.health)
+                self._log_verdict(g.uuid, g.index, verdict.reason, verdict.message)
                 gpus.append(replace(g, health=verdict))
             self._history = history
             sample = replace(sample, gpus=tuple(gpus), collect_seconds=time.perf_counter() - t0)
@@ -159,10 +172,28 @@ class Agent:
             errors_total=MappingProxyType(dict(self._errors)),
             last_success=self.last_success,
             pod_resources_up=self.pod_resources_up,
-            xid_totals=MappingProxyType(dict(self._xids)),
+            xid_totals=MappingProxyType(self._xid_totals(now)),
         )
         self.collector.publish(state)
         return state
+
+    def _xid_totals(self, now: float) -> dict[tuple[str, int], int]:
+        """Counts to publish: a new (GPU, xid) series reads 0 until its hold has passed."""
+        shown = self._xid_shown_from
+        for key in [k for k, at in shown.items() if now >= at]:
+            del shown[key]
+        return {key: (0 if key in shown else n) for key, n in self._xids.items()}
+
+    def _log_verdict(self, uuid: str, index: int, reason: str, message: str) -> None:
+        """One log line when a GPU's health reason changes (with the reason's message)."""
+        before = self._verdicts.get(uuid, "")
+        if reason == before:
+            return
+        self._verdicts[uuid] = reason
+        if reason:
+            log.warning("GPU %d (%s) unhealthy: %s: %s", index, uuid, reason, message)
+        else:
+            log.info("GPU %d (%s) healthy again (was %s)", index, uuid, before)
 
     async def run(self, *, initial_delay: float | None = None) -> None:
         """Collect every ``interval`` seconds until cancelled (the first after ``initial_delay``)."""

@@ -5,9 +5,15 @@
 ==================== ===============================================================================
 ``GpuLost``          the source lost the GPU (NVML errors, fell off the bus)
 ``FatalXid``         an XID in ``config.drain_xids`` within the last ``config.xid_window_seconds``
-                     (NVIDIA's catalog, research-gpu.md 3.1: RESET_GPU / RESTART_BM / RESTART_VM /
-                     workflow buckets; 13, 31, 32, 43, 45, 63, 92, 94 and other app or IGNORE XIDs are
-                     counted but never make a GPU unhealthy)
+                     (NVIDIA's XID catalog: RESET_GPU / RESTART_BM / RESTART_VM / workflow buckets;
+                     13, 31, 32, 43, 45, 63, 92, 94 and other app or IGNORE XIDs are counted but never
+                     make a GPU unhealthy); or a drain-worthy XID that was already the device's last
+                     XID when the exporter started (``GpuSample.xid_before_start``): its time is
+                     unknown, so it holds until the source sees the GPU reset or the value clear, and
+                     the message says it was found at start
+``RecoveryAction``   the driver asks for a recovery action (``DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION``
+                     non-zero: GPU reset, node reboot, drain...); the driver keeps it until the action
+                     is done, so it also survives an exporter restart
 ``RowRemapFailure``  ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` is set (the GPU ran out of spare rows)
 ``UncorrectableEcc`` ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` rose within the last ``config.ecc_window_seconds``
                      (the first value seen is the baseline)
@@ -25,10 +31,19 @@ from exporter.sample import HEALTHY, GpuHealth, GpuSample
 HEALTHY_REASON = ""
 GPU_LOST = "GpuLost"
 FATAL_XID = "FatalXid"
+RECOVERY_ACTION = "RecoveryAction"
 ROW_REMAP_FAILURE = "RowRemapFailure"
 UNCORRECTABLE_ECC = "UncorrectableEcc"
 THERMAL_SLOWDOWN = "ThermalSlowdown"
-REASONS: tuple[str, ...] = (HEALTHY_REASON, GPU_LOST, FATAL_XID, ROW_REMAP_FAILURE, UNCORRECTABLE_ECC, THERMAL_SLOWDOWN)
+REASONS: tuple[str, ...] = (
+    HEALTHY_REASON,
+    GPU_LOST,
+    FATAL_XID,
+    RECOVERY_ACTION,
+    ROW_REMAP_FAILURE,
+    UNCORRECTABLE_ECC,
+    THERMAL_SLOWDOWN,
+)
 
 # NVIDIA's XID catalog, drain-worthy buckets (RESET_GPU, RESTART_BM, RESTART_VM, workflows).
 DEFAULT_DRAIN_XIDS: frozenset[int] = frozenset(
@@ -50,6 +65,17 @@ XID_NAMES: dict[int, str] = {
 }
 
 THROTTLE_FIELD = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+RECOVERY_ACTION_FIELD = "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"
+# nvmlDeviceGpuRecoveryAction_t
+RECOVERY_ACTIONS: dict[int, str] = {
+    1: "GPU reset",
+    2: "node reboot",
+    3: "drain peer-to-peer traffic",
+    4: "drain and reset",
+    5: "recover the IMEX domain",
+    6: "bus reset",
+    7: "system reboot",
+}
 SW_THERMAL = 0x20
 HW_THERMAL = 0x40
 THERMAL_BITS = SW_THERMAL | HW_THERMAL
@@ -112,6 +138,18 @@ def classify(
         xid, at = h.fatal_xid
         left = config.xid_window_seconds - (now - at)
         return GpuHealth(False, FATAL_XID, f"XID {xid} ({xid_name(xid)}) {now - at:.0f}s ago; unhealthy for {left:.0f}s more"), h
+    if gpu.xid_before_start in config.drain_xids:
+        xid = gpu.xid_before_start
+        return GpuHealth(
+            False,
+            FATAL_XID,
+            f"XID {xid} ({xid_name(xid)}) found at exporter start as the last XID (time unknown); "
+            "unhealthy until the GPU is reset or the value clears",
+        ), h
+    action = int(gpu.fields.get(RECOVERY_ACTION_FIELD, 0) or 0)
+    if action:
+        what = RECOVERY_ACTIONS.get(action, f"action {action}")
+        return GpuHealth(False, RECOVERY_ACTION, f"the driver asks for a recovery action: {what}"), h
     if gpu.fields.get("DCGM_FI_DEV_ROW_REMAP_FAILURE", 0) >= 1:
         return GpuHealth(False, ROW_REMAP_FAILURE, "row remapping failed: reset or replace the GPU"), h
     if h.dbe_increase_at is not None and now - h.dbe_increase_at < config.ecc_window_seconds:

@@ -5,7 +5,7 @@ object -> metric families with stable, documented names).  Changing a STABLE ent
 labels is a breaking change.
 
 GPU families keep dcgm-exporter's exact names, help texts, units and label order so that
-dashboards and alerts written for dcgm-exporter keep working (DESIGN.md "Metric contract").
+dashboards and alerts written for dcgm-exporter keep working.
 DCGM counter families are rendered *without* a ``_total`` suffix, exactly as dcgm-exporter does.
 """
 
@@ -38,7 +38,7 @@ class MetricSpec:
         return self.name
 
 
-# dcgm-exporter label order (research-gpu.md 1.2): gpu, UUID, pci_bus_id, device, modelName,
+# dcgm-exporter label order (its render_metrics.go template): gpu, UUID, pci_bus_id, device, modelName,
 # [GPU_I_PROFILE, GPU_I_ID], Hostname, DCGM_FI_DRIVER_VERSION, then container, namespace, pod.
 GPU_LABELS: tuple[str, ...] = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 MIG_LABELS: tuple[str, ...] = ("GPU_I_PROFILE", "GPU_I_ID")
@@ -104,6 +104,69 @@ DCGM_FAMILIES: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetRemappedRows",
     ),
     _dcgm("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", "bool", "nvmlDeviceGetRemappedRows"),
+    _dcgm(
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "gauge",
+        "Whether remapping of rows is pending (a GPU reset applies it).",
+        "bool",
+        "nvmlDeviceGetRemappedRows",
+    ),
+    _dcgm(
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "counter",
+        "Total number of retired pages due to single-bit errors.",
+        "count",
+        "NVML field 29 (pre-Ampere)",
+    ),
+    _dcgm(
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "counter",
+        "Total number of retired pages due to double-bit errors.",
+        "count",
+        "NVML field 30 (pre-Ampere)",
+    ),
+    _dcgm(
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "counter",
+        "Total number of pages pending retirement.",
+        "count",
+        "NVML field 31 (pre-Ampere)",
+    ),
+    _dcgm(
+        "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+        "gauge",
+        "GPU recovery action the driver asks for (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).",
+        "enum",
+        "NVML field 230",
+    ),
+    _dcgm(
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink flow-control CRC errors.",
+        "count",
+        "NVML field 38",
+    ),
+    _dcgm(
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink data CRC errors.",
+        "count",
+        "NVML field 45",
+    ),
+    _dcgm(
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink retries.",
+        "count",
+        "NVML field 52",
+    ),
+    _dcgm(
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink recovery errors.",
+        "count",
+        "NVML field 59",
+    ),
     _dcgm(
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
         "counter",
@@ -193,7 +256,10 @@ GPU_ALLOCATED = MetricSpec(
 GPU_XID_ERRORS_TOTAL = MetricSpec(
     name="queuepilot_gpu_xid_errors_total",
     type="counter",
-    help="XID errors seen on the GPU since the exporter started, by XID code (dcgm-exporter keeps only the last).",
+    help=(
+        "XID errors seen on the GPU since the exporter started, by XID code (dcgm-exporter keeps only the last); "
+        "a new series reads 0 for its first minute so that increase() sees the first XID."
+    ),
     unit="count",
     labels=(*QP_GPU_LABELS, "xid"),
     stability="STABLE",

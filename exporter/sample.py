@@ -4,7 +4,7 @@ Every source (``nvml``, ``dcgm``, ``sim``) produces a :class:`FleetSample`; pod 
 health classification return *new* samples (``dataclasses.replace``), never mutate one.  The
 collector renders the latest sample; the controller reads the same shapes back from Prometheus
 or from a scrape.  This module is the contract between the exporter's parts and is imported by
-``autoscaler`` (DESIGN.md: the arrows run autoscaler -> exporter).
+``autoscaler`` (the dependency arrows run autoscaler -> exporter).
 """
 
 from __future__ import annotations
@@ -72,6 +72,10 @@ class GpuSample:
     xid_events: tuple[tuple[int, float], ...] = ()
     # Source-specific extra series to pass through unchanged (the dcgm source's DCGM_FI_PROF_* etc.)
     extra: Mapping[str, float] = field(default_factory=lambda: EMPTY)
+    # The last XID the device already reported when the exporter first saw it (0: none, or the source
+    # cannot tell).  Sources keep it on every sample until the GPU is reset or the value clears, so a
+    # fatal state found at start survives an exporter restart.
+    xid_before_start: int = 0
 
     @property
     def device(self) -> str:

@@ -11,7 +11,13 @@ dcgm-exporter added itself are kept unless the kubelet attribution runs (dcgm-ex
 expose MIG UUIDs, so MIG instances are attributed only through its own pod labels).
 
 ``DCGM_FI_DEV_XID_ERRORS`` holds only the *last* XID; a change of that value to a non-zero XID
-becomes an XID event (the value first seen is a baseline, not an event).
+becomes an XID event.  The value first seen is not an event (it happened before this exporter
+started, at an unknown time, and may have been counted by the previous exporter process), but it is
+not forgotten either: a non-zero first value is reported as ``GpuSample.xid_before_start`` on every
+sample (health marks a drain-worthy one unhealthy, saying it was found at start) until the value
+clears to 0, a new XID replaces it, or the GPU is reset.  A reset is seen as
+``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` going down (the driver restarts that counter when the GPU is
+reset or the driver reloaded).
 
 A whole failed scrape raises ``SourceError`` with a bounded kind: ``timeout``, ``connect``,
 ``http_status`` (not 200), ``parse`` (malformed exposition, an HTML page, no GPU series).
@@ -33,6 +39,7 @@ from exporter.sources.base import SourceError, SourceUnavailable
 DEFAULT_URL = "http://127.0.0.1:9400/metrics"
 ERROR_KINDS: tuple[str, ...] = ("timeout", "connect", "http_status", "parse")
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+ENERGY_FIELD = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 
 
 @dataclass(slots=True)
@@ -110,6 +117,8 @@ class DcgmSource:
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
         self._last_xid: dict[str, float] = {}
+        self._xid_before_start: dict[str, int] = {}  # uuid -> non-zero last XID found at start, until cleared
+        self._energy: dict[str, float] = {}  # uuid -> last DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 
     async def start(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -146,13 +155,7 @@ class DcgmSource:
             raise SourceError("parse", f"dcgm-exporter {self.url}: malformed exposition: {e}") from e
         gpus: list[GpuSample] = []
         for g in parsed:
-            xid = g.fields.get(XID_FIELD)
-            events: tuple[tuple[int, float], ...] = ()
-            if xid is not None:
-                prev = self._last_xid.get(g.uuid)
-                if prev is not None and xid != prev and xid > 0:
-                    events = ((int(xid), now),)
-                self._last_xid[g.uuid] = xid
+            events = self._xid_events(g, now)
             gpus.append(
                 GpuSample(
                     index=g.index,
@@ -168,6 +171,30 @@ class DcgmSource:
                     pod=g.pod,
                     xid_events=events,
                     extra=MappingProxyType(g.extra),
+                    xid_before_start=self._xid_before_start.get(g.uuid, 0),
                 )
             )
         return FleetSample(taken_at=now, hostname=self.hostname, gpus=tuple(gpus), source=self.name)
+
+    def _xid_events(self, g: _Gpu, now: float) -> tuple[tuple[int, float], ...]:
+        """New XID events of one GPU; keeps ``_xid_before_start`` (see the module docstring)."""
+        energy = g.fields.get(ENERGY_FIELD)
+        if energy is not None:
+            prev_energy = self._energy.get(g.uuid)
+            if prev_energy is not None and energy < prev_energy:
+                self._xid_before_start.pop(g.uuid, None)  # the GPU was reset (or the driver reloaded)
+            self._energy[g.uuid] = energy
+        xid = g.fields.get(XID_FIELD)
+        if xid is None:
+            return ()
+        prev = self._last_xid.get(g.uuid)
+        self._last_xid[g.uuid] = xid
+        if prev is None:
+            if xid > 0:
+                self._xid_before_start[g.uuid] = int(xid)
+            return ()
+        if xid != prev:
+            self._xid_before_start.pop(g.uuid, None)  # cleared, or replaced by a new XID
+            if xid > 0:
+                return ((int(xid), now),)
+        return ()

@@ -70,6 +70,25 @@ def field_value(nv: Any, v: Any) -> float:
     return float(getattr(v.value, attr))
 
 
+def field_batch(nv: Any, h: Any, ids: dict[int, str]) -> dict[str, float]:
+    """Several NVML fields in one ``nvmlDeviceGetFieldValues`` call: ``{field id: DCGM name}``.
+
+    A field that fails on its own is left out; when every field fails, the first field's error is
+    raised (so a read NVML does not support at all is skipped once, like any other).
+    """
+    values = nv.nvmlDeviceGetFieldValues(h, list(ids))
+    out: dict[str, float] = {}
+    first: Exception | None = None
+    for (_fid, name), v in zip(ids.items(), values, strict=True):
+        try:
+            out[name] = field_value(nv, v)
+        except nv.NVMLError as e:
+            first = first or e
+    if not out and first is not None:
+        raise first
+    return out
+
+
 def _memory_temp(nv: Any, h: Any) -> dict[str, float]:
     (v,) = nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_MEMORY_TEMP])
     return {"DCGM_FI_DEV_MEMORY_TEMP": field_value(nv, v)}
@@ -104,12 +123,40 @@ def _ecc(field: str, error_type: str, counter_type: str) -> Call:
 
 
 def _remapped_rows(nv: Any, h: Any) -> dict[str, float]:
-    corr, unc, _pending, failure = nv.nvmlDeviceGetRemappedRows(h)
+    corr, unc, pending, failure = nv.nvmlDeviceGetRemappedRows(h)
     return {
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": float(corr),
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": float(unc),
+        "DCGM_FI_DEV_ROW_REMAP_PENDING": 1.0 if pending else 0.0,
         "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1.0 if failure else 0.0,
     }
+
+
+# NVML field ids (nvml.h NVML_FI_DEV_*), literal so that the table reads without the bindings
+FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING = 29, 30, 31
+FI_NVLINK_CRC_FLIT_TOTAL, FI_NVLINK_CRC_DATA_TOTAL = 38, 45
+FI_NVLINK_REPLAY_TOTAL, FI_NVLINK_RECOVERY_TOTAL = 52, 59
+FI_GPU_RECOVERY_ACTION = 230
+
+RETIRED_PAGES = {
+    FI_RETIRED_SBE: "DCGM_FI_DEV_RETIRED_SBE",
+    FI_RETIRED_DBE: "DCGM_FI_DEV_RETIRED_DBE",
+    FI_RETIRED_PENDING: "DCGM_FI_DEV_RETIRED_PENDING",
+}
+NVLINK_ERRORS = {
+    FI_NVLINK_CRC_FLIT_TOTAL: "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    FI_NVLINK_CRC_DATA_TOTAL: "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    FI_NVLINK_REPLAY_TOTAL: "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    FI_NVLINK_RECOVERY_TOTAL: "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+}
+RECOVERY = {FI_GPU_RECOVERY_ACTION: "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"}
+
+
+def _fields(ids: dict[int, str]) -> Call:
+    def call(nv: Any, h: Any) -> dict[str, float]:
+        return field_batch(nv, h, ids)
+
+    return call
 
 
 def _clock_events(nv: Any, h: Any) -> dict[str, float]:
@@ -194,6 +241,7 @@ GPU_READS: tuple[Read, ...] = (
         (
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_ROW_REMAP_PENDING",
             "DCGM_FI_DEV_ROW_REMAP_FAILURE",
         ),
         (_remapped_rows,),
@@ -205,6 +253,15 @@ GPU_READS: tuple[Read, ...] = (
         (_clock_events, _clock_throttle),
         ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
     ),
+    Read(
+        "recovery_action",
+        tuple(RECOVERY.values()),
+        (_fields(RECOVERY),),
+        ("nvmlDeviceGetFieldValues",),
+    ),
+    # retired pages: pre-Ampere (Ampere and newer remap rows instead and say NOT_SUPPORTED)
+    Read("retired_pages", tuple(RETIRED_PAGES.values()), (_fields(RETIRED_PAGES),), ("nvmlDeviceGetFieldValues",)),
+    Read("nvlink_errors", tuple(NVLINK_ERRORS.values()), (_fields(NVLINK_ERRORS),), ("nvmlDeviceGetFieldValues",)),
     Read("encoder", ("DCGM_FI_DEV_ENC_UTIL",), (_encoder,), ("nvmlDeviceGetEncoderUtilization",)),
     Read("decoder", ("DCGM_FI_DEV_DEC_UTIL",), (_decoder,), ("nvmlDeviceGetDecoderUtilization",)),
 )

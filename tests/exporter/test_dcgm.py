@@ -23,8 +23,8 @@ HOST = 'Hostname="node-a",DCGM_FI_DRIVER_VERSION="550.144.03"'
 POD = 'container="c",namespace="ns",pod="p"'
 
 
-def exposition(util0: float = 87.0, xid0: int = 0) -> str:
-    """dcgm-exporter 4.x text as its gpuMetricsFormat template writes it (research-gpu.md 1.2)."""
+def exposition(util0: float = 87.0, xid0: int = 0, energy0: int = 48712345678) -> str:
+    """dcgm-exporter 4.x text as its gpuMetricsFormat template writes it."""
     return f"""# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
 # TYPE DCGM_FI_DEV_SM_CLOCK gauge
 DCGM_FI_DEV_SM_CLOCK{{{ID0},{HOST},{POD}}} 1980
@@ -39,7 +39,7 @@ DCGM_FI_DEV_POWER_USAGE{{{ID0},{HOST},{POD}}} 612.982000
 DCGM_FI_DEV_POWER_USAGE{{{ID1},{HOST}}} 71.250000
 # HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).
 # TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter
-DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{ID0},{HOST},{POD}}} 48712345678
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{ID0},{HOST},{POD}}} {energy0}
 DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{ID1},{HOST}}} 1234567890
 # HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.
 # TYPE DCGM_FI_DEV_XID_ERRORS gauge
@@ -73,10 +73,11 @@ class Upstream:
         self.mode = "ok"
         self.util0 = 87.0
         self.xid0 = 0
+        self.energy0 = 48712345678
 
     async def handle(self, request: web.Request) -> web.Response:
         if self.mode == "ok":
-            return web.Response(text=exposition(self.util0, self.xid0), content_type="text/plain")
+            return web.Response(text=exposition(self.util0, self.xid0, self.energy0), content_type="text/plain")
         if self.mode == "http500":
             return web.Response(status=500, text="internal error")
         if self.mode == "html":
@@ -106,10 +107,10 @@ async def upstream() -> AsyncIterator[tuple[Upstream, TestServer]]:
         await server.close()
 
 
-def make(server: TestServer) -> tuple[Agent, DcgmSource, object]:
+def make(server: TestServer, start: int = 0) -> tuple[Agent, DcgmSource, object]:
     source = DcgmSource("node-a", str(server.make_url("/metrics")), timeout=0.3)
     collector = ExporterCollector(clock=lambda: 50.0)
-    now = iter(range(0, 10_000, 10))
+    now = iter(range(start, start + 100_000, 10))
     agent = Agent(source, collector, hostname="node-a", interval=10.0, clock=lambda: float(next(now)))
     return agent, source, new_registry(collector)
 
@@ -176,18 +177,82 @@ async def test_bad_upstream_is_counted_and_the_last_good_sample_served_stale(ups
 
 async def test_a_new_last_xid_is_an_event_counted_per_xid(upstream) -> None:
     up, server = upstream
-    agent, source, registry = make(server)
+    agent, source, registry = make(server)  # the agent's clock moves 10 s per collection
+
+    def counts() -> dict[tuple[str, str], float]:
+        text = render_text(registry).decode()
+        assert families(text)["queuepilot_gpu_xid_errors"].type == "counter"
+        return {(lab["gpu"], lab["xid"]): v for lab, v in series(text, "queuepilot_gpu_xid_errors")}
+
     await agent.collect_once()  # baseline: XID 0
+    assert counts() == {}
     up.xid0 = 79
     state = await agent.collect_once()
     assert state.sample.gpus[0].health.reason == "FatalXid"
+    # the new series shows 0 first, so that increase() over it sees the first XID
+    assert counts() == {("0", "79"): 0.0}
     await agent.collect_once()  # the same last XID again is not a new event
     up.xid0 = 43
     await agent.collect_once()
+    assert counts() == {("0", "79"): 0.0, ("0", "43"): 0.0}
+    for _ in range(6):  # 60 s later both counts show
+        await agent.collect_once()
+    assert counts() == {("0", "79"): 1.0, ("0", "43"): 1.0}
+    up.xid0 = 79
+    await agent.collect_once()  # a known series counts at once
+    assert counts() == {("0", "79"): 2.0, ("0", "43"): 1.0}
+    await source.close()
+
+
+async def test_a_fatal_xid_survives_an_exporter_restart(upstream) -> None:
+    up, server = upstream
+    agent, source, _ = make(server)
+    await agent.collect_once()
+    up.xid0 = 79
+    state = await agent.collect_once()
+    assert state.sample.gpus[0].health.reason == "FatalXid"
+    await source.close()
+
+    # a new process (DaemonSet rollout, OOM kill): it first sees DCGM_FI_DEV_XID_ERRORS already at 79
+    agent, source, registry = make(server, start=10_000)
+    for _ in range(80):  # far past the fatal-XID window: the time of a found XID is unknown
+        state = await agent.collect_once()
+        g0, g1 = state.sample.gpus
+        assert (g0.health.healthy, g0.health.reason) == (False, "FatalXid")
+        assert "found at exporter start" in g0.health.message
+        assert g1.health.healthy
     text = render_text(registry).decode()
-    counts = {(lab["gpu"], lab["xid"]): v for lab, v in series(text, "queuepilot_gpu_xid_errors")}
-    assert counts == {("0", "79"): 1.0, ("0", "43"): 1.0}
-    assert families(text)["queuepilot_gpu_xid_errors"].type == "counter"
+    assert series(text, "queuepilot_gpu_xid_errors") == []  # not an event of this process: not counted
+    healthy = {lab["gpu"]: (lab["reason"], v) for lab, v in series(text, "queuepilot_gpu_healthy")}
+    assert healthy["0"] == ("FatalXid", 0.0)
+
+    up.xid0 = 0  # the value clears (the hostengine restarted, or it was cleared)
+    state = await agent.collect_once()
+    assert state.sample.gpus[0].health.healthy
+    await source.close()
+
+
+async def test_a_fatal_xid_found_at_start_clears_when_the_gpu_is_reset(upstream) -> None:
+    up, server = upstream
+    up.xid0 = 48
+    agent, source, _ = make(server)
+    state = await agent.collect_once()
+    assert state.sample.gpus[0].health.reason == "FatalXid"
+    up.energy0 = 1_000  # the energy counter restarts: the GPU was reset (the last XID value stays 48)
+    state = await agent.collect_once()
+    assert state.sample.gpus[0].health.healthy
+    up.energy0 = 2_000
+    state = await agent.collect_once()
+    assert state.sample.gpus[0].health.healthy and state.sample.gpus[0].xid_before_start == 0
+    await source.close()
+
+
+async def test_a_harmless_last_xid_at_start_keeps_the_gpu_healthy(upstream) -> None:
+    up, server = upstream
+    up.xid0 = 43  # an application fault
+    agent, source, _ = make(server)
+    state = await agent.collect_once()
+    assert state.sample.gpus[0].health.healthy and state.sample.gpus[0].xid_before_start == 43
     await source.close()
 
 

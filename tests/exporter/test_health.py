@@ -11,6 +11,7 @@ from exporter.health import (
     FATAL_XID,
     GPU_LOST,
     REASONS,
+    RECOVERY_ACTION,
     ROW_REMAP_FAILURE,
     THERMAL_SLOWDOWN,
     UNCORRECTABLE_ECC,
@@ -22,9 +23,10 @@ from exporter.sample import GpuSample
 CFG = HealthConfig(xid_window_seconds=600, ecc_window_seconds=600, thermal_sustain_seconds=60)
 
 
-def gpu(*, xids=(), lost=False, **fields: float) -> GpuSample:
+def gpu(*, xids=(), lost=False, before_start=0, **fields: float) -> GpuSample:
     return GpuSample(index=0, uuid="GPU-x", pci_bus_id="b", model_name="m",
-                     fields=MappingProxyType(dict(fields)), lost=lost, xid_events=tuple(xids))
+                     fields=MappingProxyType(dict(fields)), lost=lost, xid_events=tuple(xids),
+                     xid_before_start=before_start)
 
 
 def run(samples: list[tuple[float, GpuSample]], config: HealthConfig = CFG):
@@ -101,7 +103,7 @@ def test_reason_priority_and_bounded_set() -> None:
     assert run([(0.0, g)])[0].reason == GPU_LOST
     g = gpu(xids=[(79, 0.0)], DCGM_FI_DEV_ROW_REMAP_FAILURE=1)
     assert run([(0.0, g)])[0].reason == FATAL_XID
-    assert set(REASONS) == {"", GPU_LOST, FATAL_XID, ROW_REMAP_FAILURE, UNCORRECTABLE_ECC, THERMAL_SLOWDOWN}
+    assert set(REASONS) == {"", GPU_LOST, FATAL_XID, RECOVERY_ACTION, ROW_REMAP_FAILURE, UNCORRECTABLE_ECC, THERMAL_SLOWDOWN}
 
 
 def test_classify_is_pure() -> None:
@@ -109,3 +111,23 @@ def test_classify_is_pure() -> None:
     a = classify(g, EMPTY_HISTORY, 10.0, CFG)
     b = classify(g, EMPTY_HISTORY, 10.0, CFG)
     assert a == b and EMPTY_HISTORY.fatal_xid is None
+
+
+def test_a_fatal_xid_found_at_start_holds_past_the_window_and_says_so() -> None:
+    g = gpu(before_start=79)
+    verdicts = run([(0.0, g), (601.0, g), (100_000.0, g)])
+    assert [v.reason for v in verdicts] == [FATAL_XID] * 3
+    assert "found at exporter start" in verdicts[-1].message and "XID 79" in verdicts[-1].message
+    # the source stops reporting it once the GPU is reset or the value clears
+    assert run([(0.0, g), (10.0, gpu())])[-1].healthy
+
+
+@pytest.mark.parametrize("xid", [63, 94, 43])
+def test_a_harmless_xid_found_at_start_is_healthy(xid: int) -> None:
+    assert run([(0.0, gpu(before_start=xid))])[0].healthy
+
+
+def test_a_recovery_action_the_driver_asks_for_is_unhealthy_until_done() -> None:
+    verdicts = run([(0.0, gpu(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=2)), (10.0, gpu(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=0))])
+    assert verdicts[0].reason == RECOVERY_ACTION and "node reboot" in verdicts[0].message
+    assert verdicts[1].healthy

@@ -6,7 +6,8 @@
  * Build:   gcc -shared -fPIC -O1 -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c -lpthread
  * (conftest.py gives the builds it loads in-process another soname; see there why.)
  * Old driver variant (-DOLD_DRIVER): nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetTemperatureV and
- * nvmlDeviceGetCurrentClocksEventReasons are not exported, so pynvml raises NVMLError_FunctionNotFound.
+ * nvmlDeviceGetCurrentClocksEventReasons and the nvmlGpm* calls are not exported, so pynvml raises
+ * NVMLError_FunctionNotFound.
  *
  * Scripted by a control file whose path is read from $FAKE_NVML_CONTROL at nvmlInitWithFlags. The file is
  * re-read whenever it changes (inode, size or mtime), so a test rewrites it (write + rename) mid-run.
@@ -19,14 +20,20 @@
  *   gpu I KEY VALUE                 per-GPU value (keys below; name/uuid take the rest of the line)
  *   mig I SLOT GI_ID PROFILE UUID MEM_TOTAL MEM_USED    a MIG instance in slot SLOT (0..6) of GPU I
  *   xid SEQ GPU CODE                an Xid critical error; delivered once per event set, by increasing SEQ
+ *   gpm GPU GI METRIC VALUE         GPM metric METRIC (NVML_GPM_METRIC_*) of GPU (GI -1) or of its MIG GPU instance GI;
+ *                                   a metric not listed answers NOT_SUPPORTED in its slot of nvmlGpmMetricsGet
  * Per-GPU keys: name uuid bus util_gpu util_mem mem_total mem_reserved mem_used temp mem_temp power_mw
  *   energy_mj sm_clock mem_clock pcie_replay ecc_sbe_vol ecc_dbe_vol ecc_sbe_agg ecc_dbe_agg remap_corr
  *   remap_unc remap_pending remap_failure clocks_event enc_util dec_util mig_mode (-1 = not MIG capable)
+ *   retired_sbe retired_dbe retired_pending recovery_action nvlink_crc_flit nvlink_crc_data nvlink_replay
+ *   nvlink_recovery (NVML fields 29 30 31 230 38 45 52 59)
+ *   gpm (1: nvmlGpmQueryDeviceSupport says supported; default 0)  gpm_sample_error CODE (nvmlGpmSampleGet and
+ *   nvmlGpmMigSampleGet return CODE)  gpm_metrics_error CODE (nvmlGpmMetricsGet returns CODE)
  *   error (every call on this GPU returns this code, e.g. 15 = GPU is lost, 999 = unknown; 0 = none)
  *   not_supported (comma-separated symbol names returning NVML_ERROR_NOT_SUPPORTED on this GPU; the
- *   pseudo-name memory_temp makes field 82 of nvmlDeviceGetFieldValues report NOT_SUPPORTED)
+ *   pseudo-name memory_temp makes field 82 of nvmlDeviceGetFieldValues report NOT_SUPPORTED, field_N field N)
  * Test-only exports: fake_nvml_call_count(symbol, gpu) -> calls so far (gpu -1: all GPUs, and calls
- * without a device); fake_nvml_reset_counts().
+ * without a device); fake_nvml_reset_counts(); fake_nvml_gpm_samples_live() -> GPM samples allocated, not freed.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -60,6 +67,9 @@ enum {
 #define NVML_MEMORY_V2 0x02000028u
 #define NVML_TEMPERATURE_V1 0x0100000Cu
 #define NVML_FI_DEV_MEMORY_TEMP 82
+#define MAX_GPM_SAMPLES 512
+#define MAX_GPM_VALUES 2048
+#define GPM_METRIC_MAX 477
 #define XID_CRITICAL 0x8ull
 
 /* ---- structs exactly as pynvml's ctypes definitions ---------------------------------------------- */
@@ -111,12 +121,33 @@ typedef struct {
     char name[96], uuid[96], not_supported[512];
     unsigned int bus, util_gpu, util_mem, temp, mem_temp, power_mw, sm_clock, mem_clock, pcie_replay;
     unsigned int enc_util, dec_util, remap_corr, remap_unc, remap_pending, remap_failure;
+    unsigned int retired_sbe, retired_dbe, retired_pending, recovery_action;
+    unsigned long long nvlink_crc_flit, nvlink_crc_data, nvlink_replay, nvlink_recovery;
+    int gpm, gpm_sample_error, gpm_metrics_error;
     int mig_mode, error;
     unsigned long long mem_total, mem_reserved, mem_used, energy_mj, ecc[4], clocks_event;
     mig_cfg mig[MAX_MIG];
 } gpu_cfg;
 
 typedef struct { long seq; int gpu; unsigned long long code; } xid_cfg;
+typedef struct { int gpu, gi; unsigned int metric; double value; } gpm_cfg;
+
+/* GPM structs as pynvml's ctypes definitions */
+typedef struct fake_gpm_sample { int used, taken, gpu, gi; long seq; } fake_gpm_sample;
+typedef fake_gpm_sample *nvmlGpmSample_t;
+typedef struct { const char *shortName, *longName, *unit; } nvmlGpmMetricInfo_t;
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    nvmlGpmMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+    unsigned int version, numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+typedef struct { unsigned int version, isSupportedDevice; } nvmlGpmSupport_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char control_path[4096];
@@ -125,6 +156,10 @@ static int ngpus, init_error, driver_not_loaded, xid_register, nxid, init_count;
 static char driver[80];
 static gpu_cfg gpus[MAX_GPUS];
 static xid_cfg xids[MAX_XID];
+static gpm_cfg gpmvals[MAX_GPM_VALUES];
+static int ngpm;
+static fake_gpm_sample gpm_samples[MAX_GPM_SAMPLES] __attribute__((unused));
+static long gpm_seq __attribute__((unused));
 static fake_dev devs[MAX_GPUS], migdevs[MAX_GPUS][MAX_MIG];
 static fake_es sets[MAX_SETS];
 
@@ -135,7 +170,7 @@ static unsigned long fn_calls[MAX_FNS][MAX_GPUS + 1];
 
 static void defaults(void) {
     ngpus = 2;
-    init_error = driver_not_loaded = xid_register = nxid = 0;
+    init_error = driver_not_loaded = xid_register = nxid = ngpm = 0;
     snprintf(driver, sizeof driver, "550.54.15");
     memset(gpus, 0, sizeof gpus);
     for (int i = 0; i < MAX_GPUS; i++) {
@@ -159,10 +194,15 @@ static void set_gpu_key(gpu_cfg *g, const char *key, const char *val, const char
 #define ULL(k) if (!strcmp(key, #k)) { g->k = num(val); return; }
     U(bus) U(util_gpu) U(util_mem) U(temp) U(mem_temp) U(power_mw) U(sm_clock) U(mem_clock) U(pcie_replay)
     U(enc_util) U(dec_util) U(remap_corr) U(remap_unc) U(remap_pending) U(remap_failure)
+    U(retired_sbe) U(retired_dbe) U(retired_pending) U(recovery_action)
+    ULL(nvlink_crc_flit) ULL(nvlink_crc_data) ULL(nvlink_replay) ULL(nvlink_recovery)
     ULL(mem_total) ULL(mem_reserved) ULL(mem_used) ULL(energy_mj) ULL(clocks_event)
 #undef U
 #undef ULL
     if (!strcmp(key, "mig_mode")) { g->mig_mode = atoi(val); return; }
+    if (!strcmp(key, "gpm")) { g->gpm = atoi(val); return; }
+    if (!strcmp(key, "gpm_sample_error")) { g->gpm_sample_error = atoi(val); return; }
+    if (!strcmp(key, "gpm_metrics_error")) { g->gpm_metrics_error = atoi(val); return; }
     if (!strcmp(key, "error")) { g->error = atoi(val); return; }
     if (!strcmp(key, "ecc_sbe_vol")) { g->ecc[0] = num(val); return; }
     if (!strcmp(key, "ecc_dbe_vol")) { g->ecc[1] = num(val); return; }
@@ -214,6 +254,12 @@ static void parse_line(char *line) {
             m->mem_total = num(tok[6]);
             m->mem_used = num(tok[7]);
         }
+    } else if (!strcmp(tok[0], "gpm") && n >= 5 && ngpm < MAX_GPM_VALUES) {
+        gpmvals[ngpm].gpu = atoi(tok[1]);
+        gpmvals[ngpm].gi = atoi(tok[2]);
+        gpmvals[ngpm].metric = (unsigned int)num(tok[3]);
+        gpmvals[ngpm].value = strtod(tok[4], NULL);
+        ngpm++;
     } else if (!strcmp(tok[0], "xid") && n >= 4 && nxid < MAX_XID) {
         xids[nxid].seq = atol(tok[1]);
         xids[nxid].gpu = atoi(tok[2]);
@@ -451,10 +497,22 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFi
         nvmlFieldValue_t *v = &values[i];
         v->timestamp = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
         v->latencyUsec = 0;
-        if (v->fieldId == NVML_FI_DEV_MEMORY_TEMP && !not_supported(g, "memory_temp")) {
-            v->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
-            v->nvmlReturn = NVML_SUCCESS;
+        char pseudo[32];
+        snprintf(pseudo, sizeof pseudo, "field_%u", v->fieldId);
+        v->nvmlReturn = NVML_SUCCESS;
+        v->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+        if (not_supported(g, pseudo)) {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        } else if (v->fieldId == NVML_FI_DEV_MEMORY_TEMP && !not_supported(g, "memory_temp")) {
             v->value.uiVal = g->mem_temp;
+        } else if (v->fieldId == 29) { v->value.uiVal = g->retired_sbe;
+        } else if (v->fieldId == 30) { v->value.uiVal = g->retired_dbe;
+        } else if (v->fieldId == 31) { v->value.uiVal = g->retired_pending;
+        } else if (v->fieldId == 230) { v->value.uiVal = g->recovery_action;
+        } else if (v->fieldId == 38 || v->fieldId == 45 || v->fieldId == 52 || v->fieldId == 59) {
+            v->valueType = 3; /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+            v->value.ullVal = v->fieldId == 38 ? g->nvlink_crc_flit : v->fieldId == 45 ? g->nvlink_crc_data
+                            : v->fieldId == 52 ? g->nvlink_replay : g->nvlink_recovery;
         } else {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
@@ -657,6 +715,98 @@ EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     return leave(NVML_SUCCESS);
 }
 
+
+/* ---- GPM (not in the old-driver variant: drivers before R520 have no GPM symbols) ---------------------- */
+#ifndef OLD_DRIVER
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRICS_GET_VERSION 1
+
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t dev, nvmlGpmSupport_t *support) {
+    ENTER(dev);
+    PARENT_ONLY(dev);
+    if (!support || support->version != NVML_GPM_SUPPORT_VERSION) return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    support->isSupportedDevice = g->gpm ? 1u : 0u;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    ENTER0();
+    if (!sample) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (int i = 0; i < MAX_GPM_SAMPLES; i++) {
+        if (!gpm_samples[i].used) {
+            memset(&gpm_samples[i], 0, sizeof gpm_samples[i]);
+            gpm_samples[i].used = 1;
+            *sample = &gpm_samples[i];
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(20); /* NVML_ERROR_MEMORY */
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    pthread_mutex_lock(&mu);
+    fn_calls[fn_id(__func__)][MAX_GPUS]++;
+    if (!sample || !sample->used) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    sample->used = 0;
+    return leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t take_sample(const gpu_cfg *g, nvmlDevice_t dev, int gi, nvmlGpmSample_t sample) {
+    if (!sample || !sample->used) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!g->gpm) return NVML_ERROR_NOT_SUPPORTED;
+    if (g->gpm_sample_error) return g->gpm_sample_error;
+    sample->taken = 1;
+    sample->gpu = dev->gpu;
+    sample->gi = gi;
+    sample->seq = ++gpm_seq;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t dev, nvmlGpmSample_t sample) {
+    ENTER(dev);
+    PARENT_ONLY(dev);
+    return leave(take_sample(g, dev, -1, sample));
+}
+
+EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t dev, unsigned int gpuInstanceId, nvmlGpmSample_t sample) {
+    ENTER(dev);
+    PARENT_ONLY(dev);
+    if (g->mig_mode != 1) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    int found = 0;
+    for (int j = 0; j < MAX_MIG; j++) found |= g->mig[j].present && g->mig[j].gi == gpuInstanceId;
+    if (!found) return leave(NVML_ERROR_NOT_FOUND);
+    return leave(take_sample(g, dev, (int)gpuInstanceId, sample));
+}
+
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
+    ENTER0();
+    if (!m || m->version != NVML_GPM_METRICS_GET_VERSION) return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    nvmlGpmSample_t a = m->sample1, b = m->sample2;
+    if (!a || !b || !a->used || !b->used || !a->taken || !b->taken) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* both samples of the same device or GPU instance, the first taken before the second */
+    if (a->gpu != b->gpu || a->gi != b->gi || a->seq >= b->seq) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (a->gpu < 0 || a->gpu >= ngpus) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    fn_calls[fn_id("nvmlGpmMetricsGet@gpu")][a->gpu]++;
+    const gpu_cfg *g = &gpus[a->gpu];
+    if (g->error) return leave(g->error);
+    if (g->gpm_metrics_error) return leave(g->gpm_metrics_error);
+    if (m->numMetrics > GPM_METRIC_MAX) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned int i = 0; i < m->numMetrics; i++) {
+        nvmlGpmMetric_t *x = &m->metrics[i];
+        x->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        x->value = 0;
+        x->metricInfo.shortName = x->metricInfo.longName = x->metricInfo.unit = NULL;
+        for (int k = 0; k < ngpm; k++) {
+            if (gpmvals[k].gpu == a->gpu && gpmvals[k].gi == a->gi && gpmvals[k].metric == x->metricId) {
+                x->nvmlReturn = NVML_SUCCESS;
+                x->value = gpmvals[k].value;
+            }
+        }
+    }
+    return leave(NVML_SUCCESS);
+}
+#endif
+
 /* ---- test-only ------------------------------------------------------------------------------------- */
 EXPORT unsigned long fake_nvml_call_count(const char *fn, int gpu) {
     pthread_mutex_lock(&mu);
@@ -668,6 +818,14 @@ EXPORT unsigned long fake_nvml_call_count(const char *fn, int gpu) {
     }
     pthread_mutex_unlock(&mu);
     return total;
+}
+
+EXPORT int fake_nvml_gpm_samples_live(void) {
+    pthread_mutex_lock(&mu);
+    int n = 0;
+    for (int i = 0; i < MAX_GPM_SAMPLES; i++) n += gpm_samples[i].used;
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 EXPORT void fake_nvml_reset_counts(void) {

@@ -45,6 +45,15 @@ gpu 0 ecc_dbe_agg 5
 gpu 0 remap_corr 3
 gpu 0 remap_unc 1
 gpu 0 remap_failure 1
+gpu 0 remap_pending 1
+gpu 0 retired_sbe 4
+gpu 0 retired_dbe 2
+gpu 0 retired_pending 1
+gpu 0 recovery_action 1
+gpu 0 nvlink_crc_flit 21
+gpu 0 nvlink_crc_data 22
+gpu 0 nvlink_replay 23
+gpu 0 nvlink_recovery 24
 gpu 0 clocks_event 0x44
 gpu 0 enc_util 12
 gpu 0 dec_util 9
@@ -75,6 +84,15 @@ GPU0_FIELDS = {
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 3.0,
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1.0,
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1.0,
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": 1.0,
+    "DCGM_FI_DEV_RETIRED_SBE": 4.0,
+    "DCGM_FI_DEV_RETIRED_DBE": 2.0,
+    "DCGM_FI_DEV_RETIRED_PENDING": 1.0,
+    "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": 1.0,
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 21.0,
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 22.0,
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 23.0,
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 24.0,
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": float(0x44),  # SwPowerCap | HwThermalSlowdown
     "DCGM_FI_DEV_ENC_UTIL": 12.0,
     "DCGM_FI_DEV_DEC_UTIL": 9.0,
