@@ -4,6 +4,10 @@ This set is the contract between the code and the chart's RBAC: ``charts/queuepi
 exactly these (tests/chart compares them both ways), and the tests that run the controller
 against the fake API server check that every request it observed is in this set.
 The core API group is "".
+
+:data:`NAMED_SECRET_CALLS` are granted only by name, in the namespaces the chart's
+``controller.rayTokenSecrets`` lists (one Role per namespace with ``resourceNames``); without that
+list the chart grants none of them and no Secret is ever readable.
 """
 
 from __future__ import annotations
@@ -29,5 +33,9 @@ CONTROLLER_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         (COORD, "leases", "get"),
         (COORD, "leases", "create"),
         (COORD, "leases", "update"),
+        # a RayCluster's dashboard token (autoscaler.cluster.secrets): granted per Secret name only
+        ("", "secrets", "get"),
     }
 )
+
+NAMED_SECRET_CALLS: frozenset[tuple[str, str, str]] = frozenset({("", "secrets", "get")})

@@ -41,6 +41,10 @@ RAY_DASHBOARD_PORT = 8265
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 RAY_GROUP_LABEL = "ray.io/group"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+# A Secret in the RayCluster's own namespace whose key ``token`` is the dashboard's bearer token.
+TOKEN_SECRET_ANNOTATION = "queuepilot.io/ray-token-secret"
+# "https": poll the dashboard over TLS (verified against the controller's configured CA file).
+DASHBOARD_SCHEME_ANNOTATION = "queuepilot.io/ray-dashboard-scheme"
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 # Taints the node lifecycle controller sets; a node carrying one with NoSchedule/NoExecute takes no new pod.
 NODE_CONDITION_TAINTS = frozenset(
@@ -373,11 +377,41 @@ def admission_check_view(obj: Mapping[str, Any]) -> AdmissionCheckObj:
 
 # ------------------------------------------------------------------------------------------ Ray
 @dataclass(frozen=True, slots=True)
+class RayDashboardTarget:
+    """Where the controller may ask one opted-in RayCluster's head for its demand, and with what.
+
+    Built only from the RayCluster's name, namespace, spec and annotations, never from ``status``
+    (which names any address the operator, or whoever edits status, writes there): the host is the
+    cluster's own head Service in the cluster's own namespace (KubeRay's naming), so whatever is
+    sent there stays inside that namespace.  ``token_secret``: the Secret (key ``token``) in
+    ``namespace`` whose bearer token goes with the requests, None for none (or the shared,
+    single-tenant token when the controller was given one).
+    """
+
+    namespace: str
+    cluster: str
+    service: str
+    port: int = RAY_DASHBOARD_PORT
+    scheme: str = "http"
+    token_secret: str | None = None
+
+    @property
+    def host(self) -> str:
+        """``<head service>.<namespace>.svc``: resolves in any cluster domain through the pod's DNS search path."""
+        return f"{self.service}.{self.namespace}.svc"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
 class RayClusterView:
-    """A RayCluster without its workers and demand (the builder adds those), plus where its dashboard is."""
+    """A RayCluster without its workers and demand (the builder adds those), plus where its dashboard
+    may be polled: ``dashboard`` is None unless the cluster opted in (``queuepilot.io/autoscale: "true"``)."""
 
     state: RayClusterState
-    dashboard_url: str | None
+    dashboard: RayDashboardTarget | None
 
 
 def _ray_resources(start: Mapping[str, Any], extra: Mapping[str, Any], req: Mapping[str, float]) -> dict[str, float]:
@@ -417,7 +451,6 @@ def _ray_resources(start: Mapping[str, Any], extra: Mapping[str, Any], req: Mapp
 def ray_cluster_view(obj: Mapping[str, Any]) -> RayClusterView:
     md = _metadata(obj)
     spec = _dict(obj.get("spec"), "spec")
-    status = _dict(obj.get("status"), "status")
     groups = []
     for i, g in enumerate(_list(spec.get("workerGroupSpecs"), "spec.workerGroupSpecs")):
         where = f"spec.workerGroupSpecs[{i}]"
@@ -461,26 +494,73 @@ def ray_cluster_view(obj: Mapping[str, Any]) -> RayClusterView:
         groups=tuple(groups),
         created_at=parse_time(md.get("creationTimestamp")),
     )
-    return RayClusterView(state=state, dashboard_url=_dashboard_url(ns, status))
+    dashboard = _dashboard_target(ns, md["name"], spec, state.annotations) if state.opted_in else None
+    return RayClusterView(state=state, dashboard=dashboard)
 
 
-def _dashboard_url(namespace: str, status: Mapping[str, Any]) -> str | None:
-    """http://<head service IP | head pod IP | head service DNS>:<status.endpoints.dashboard | 8265>."""
-    head = _dict(status.get("head"), "status.head")
-    endpoints = _dict(status.get("endpoints"), "status.endpoints")
-    port = endpoints.get("dashboard") or RAY_DASHBOARD_PORT
-    try:
-        port = int(port)
-    except (TypeError, ValueError) as e:
-        raise MalformedObject(f"status.endpoints.dashboard {port!r} is not a port") from e
-    host = head.get("serviceIP") or head.get("podIP")
-    if not host and head.get("serviceName"):
-        host = f"{head['serviceName']}.{namespace}.svc"
-    if not host:
-        return None
-    if ":" in str(host):  # IPv6
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_HEAD_SVC_MAX = 50  # KubeRay's CheckName keeps the last 50 characters
+
+
+def head_service_name(cluster: str, spec: Mapping[str, Any]) -> str:
+    """KubeRay's head Service name: ``spec.headGroupSpec.headService.metadata.name`` when set, else
+    ``<cluster>-head-svc`` shortened as KubeRay's ``CheckName`` does (the last 50 characters; a
+    leading digit or punctuation replaced by ``r``)."""
+    head = _dict(spec.get("headGroupSpec"), "spec.headGroupSpec")
+    svc_md = _dict(_dict(head.get("headService"), "spec.headGroupSpec.headService").get("metadata"),
+                   "spec.headGroupSpec.headService.metadata")
+    custom = svc_md.get("name")
+    if custom:
+        if not isinstance(custom, str) or not _DNS_LABEL.match(custom):
+            raise MalformedObject(f"spec.headGroupSpec.headService.metadata.name {custom!r} is not a Service name")
+        return custom
+    name = f"{cluster}-head-svc"
+    if len(name) > _HEAD_SVC_MAX:
+        name = name[len(name) - _HEAD_SVC_MAX:]
+    if not name[0].isalpha():
+        name = "r" + name[1:]
+    return name
+
+
+def _head_dashboard_port(spec: Mapping[str, Any]) -> int:
+    """The head container port named ``dashboard`` (KubeRay's head Service exposes it), else 8265."""
+    head = _dict(spec.get("headGroupSpec"), "spec.headGroupSpec")
+    pod_spec = _dict(_dict(head.get("template"), "spec.headGroupSpec.template").get("spec"),
+                     "spec.headGroupSpec.template.spec")
+    for c in _list(pod_spec.get("containers"), "spec.headGroupSpec.template.spec.containers"):
+        for p in _list(_dict(c, "spec.headGroupSpec.template.spec.containers[]").get("ports"), "ports"):
+            p = _dict(p, "spec.headGroupSpec.template.spec.containers[].ports[]")
+            if p.get("name") == "dashboard":
+                port = p.get("containerPort")
+                if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+                    raise MalformedObject(f"head container port 'dashboard' {port!r} is not a port")
+                return port
+    return RAY_DASHBOARD_PORT
+
+
+def _dashboard_target(
+    namespace: str, cluster: str, spec: Mapping[str, Any], annotations: Mapping[str, str]
+) -> RayDashboardTarget:
+    scheme = annotations.get(DASHBOARD_SCHEME_ANNOTATION, "http").strip().lower() or "http"
+    if scheme not in ("http", "https"):
+        raise MalformedObject(
+            f"annotation {DASHBOARD_SCHEME_ANNOTATION}={annotations[DASHBOARD_SCHEME_ANNOTATION]!r}: "
+            "expected http or https"
+        )
+    secret = annotations.get(TOKEN_SECRET_ANNOTATION, "").strip() or None
+    if secret is not None and (len(secret) > 253 or not _DNS_SUBDOMAIN.match(secret)):
+        raise MalformedObject(f"annotation {TOKEN_SECRET_ANNOTATION}={secret!r} is not a Secret name")
+    if not _DNS_LABEL.match(namespace):
+        raise MalformedObject(f"metadata.namespace {namespace!r} is not a namespace name")
+    return RayDashboardTarget(
+        namespace=namespace,
+        cluster=cluster,
+        service=head_service_name(cluster, spec),
+        port=_head_dashboard_port(spec),
+        scheme=scheme,
+        token_secret=secret,
+    )
 
 
 # ----------------------------------------------------------------------------------- core objects

@@ -1,23 +1,42 @@
-"""Ray demand for every RayCluster: poll each head's dashboard concurrently, bounded, with ages.
+"""Ray demand for the opted-in RayClusters: poll each head's dashboard concurrently, bounded, with ages.
 
-The dashboard client itself (``autoscaler.signals.ray_demand.RayDashboardClient``: which endpoints,
-v1/v2 parsing, token auth) is separate; this module only decides *which* clusters to ask, how
-many at once, and keeps the last good ``RayStatus`` of each with its ``observed_at`` so a failing
-dashboard turns its ``ray/<ns>/<name>`` signal stale instead of erasing the demand.  Failures are
-counted in ``queuepilot_source_errors_total{source="ray", kind}`` (``RaySignalError.kind``).
+Which heads, and with what credentials:
+
+- only clusters that opted in (``queuepilot.io/autoscale: "true"``) are polled; every other one
+  gets no request at all (its target is None);
+- the address is the cluster's own head Service in the cluster's own namespace
+  (``<head service>.<namespace>.svc``), never one read from the RayCluster's status;
+- the bearer token is the one in the Secret the cluster names (``queuepilot.io/ray-token-secret``,
+  key ``token``, in the cluster's namespace), so a head only ever receives its own namespace's
+  token.  A cluster that names no Secret gets no token, unless the controller was started with a
+  shared token (``--ray-token-file``), which is meant for single-tenant clusters only;
+- ``queuepilot.io/ray-dashboard-scheme: https`` polls over TLS, verified against the configured
+  CA file (or the system's CAs); verification is never turned off.
+
+:class:`RayHeadClient` enforces the above for one head; the dashboard protocol itself (endpoints,
+v1/v2 parsing) is ``autoscaler.signals.ray_demand.RayDashboardClient``.  :class:`RaySignals`
+decides how many heads are asked at once and keeps the last good ``RayStatus`` of each with its
+``observed_at`` so a failing dashboard turns its ``ray/<ns>/<name>`` signal stale instead of
+erasing the demand.  Failures are counted in ``queuepilot_source_errors_total{source="ray", kind}``
+(``RaySignalError.kind``) and logged once per cluster and kind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autoscaler.signals.gpu import error_kind
+from autoscaler.signals.ray_demand import RayDashboardClient, RaySignalError
 
 log = logging.getLogger("queuepilot.ray")
+
+# (namespace, secret name) -> the token; raises when the Secret cannot be read
+ReadSecret = Callable[[str, str], Awaitable[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +48,72 @@ class RayObservation:
     error: str = ""  # bounded kind of the last failure, "" after a success
 
 
+class DashboardTarget(Protocol):
+    """One opted-in cluster's head (``autoscaler.cluster.views.RayDashboardTarget`` is one)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def scheme(self) -> str: ...
+
+    @property
+    def token_secret(self) -> str | None: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+
 class RayClient(Protocol):
-    async def fetch_status(self, base_url: str, now: float) -> Any: ...
+    async def fetch_status(self, target: DashboardTarget, now: float) -> Any: ...
+
+
+class RayHeadClient:
+    """Reads one opted-in cluster's head with that cluster's own credentials (see the module doc).
+
+    ``dashboard``: the shared dashboard client (its own token, if any, is never used: each request
+    gets the target's).  ``read_secret``: how a named token Secret is read
+    (``autoscaler.cluster.secrets.SecretTokens.token``); None: clusters that name a Secret are not
+    polled.  ``shared_token``: single-tenant mode, sent to opted-in clusters that name no Secret.
+    ``ca_file``: PEM bundle that signs the heads' dashboard certificates (None: the system CAs).
+    """
+
+    def __init__(
+        self,
+        dashboard: RayDashboardClient,
+        *,
+        read_secret: ReadSecret | None = None,
+        shared_token: str | None = None,
+        ca_file: str | None = None,
+    ) -> None:
+        self._dashboard = dashboard
+        self._read_secret = read_secret
+        self._shared_token = shared_token or None
+        self._ssl = ssl.create_default_context(cafile=ca_file)  # verifies chain and host name
+
+    async def fetch_status(self, target: DashboardTarget, now: float) -> Any:
+        if isinstance(target, str) or not hasattr(target, "base_url"):
+            raise TypeError(f"a dashboard target is needed, not {type(target).__name__} (no bare URLs)")
+        token = await self._token(target)
+        tls = self._ssl if target.scheme == "https" else None
+        return await self._dashboard.bound(token=token, ssl_context=tls).fetch_status(target.base_url, now)
+
+    async def _token(self, target: DashboardTarget) -> str | None:
+        secret = target.token_secret
+        if not secret:
+            return self._shared_token
+        if self._read_secret is None:
+            raise RaySignalError("credentials", f"Secret {target.namespace}/{secret}: no Secret access configured")
+        try:
+            return await self._read_secret(target.namespace, secret)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the reader's errors carry their own message (forbidden, missing, ...)
+            raise RaySignalError("credentials", str(e)) from e
 
 
 class RaySignals:
-    """Per-cluster Ray observations, refreshed by :meth:`poll` over the clusters' dashboard URLs."""
+    """Per-cluster Ray observations, refreshed by :meth:`poll` over the clusters' dashboard targets."""
 
     def __init__(
         self,
@@ -54,11 +133,11 @@ class RaySignals:
     def observations(self) -> Mapping[str, RayObservation]:
         return self._obs
 
-    async def _one(self, key: str, url: str, now: float) -> None:
+    async def _one(self, key: str, target: DashboardTarget, now: float) -> None:
         async with self._sem:
             try:
                 async with asyncio.timeout(self._timeout):
-                    status = await self._client.fetch_status(url, now)
+                    status = await self._client.fetch_status(target, now)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -68,12 +147,14 @@ class RaySignals:
                 self._obs[key] = RayObservation(old.status, old.observed_at, kind)
                 if self._logged.get(key) != kind:  # once per cluster and kind, not every poll
                     self._logged[key] = kind
-                    log.warning("Ray demand of %s from %s: %s (%s)", key, url, kind, e)
+                    where = getattr(target, "base_url", "?")
+                    log.warning("Ray demand of %s from %s: %s (%s)", key, where, kind, e)
                 return
             self._logged.pop(key, None)
             self._obs[key] = RayObservation(status, getattr(status, "observed_at", None) or now, "")
 
-    async def poll(self, targets: Mapping[str, str | None], now: float) -> None:
-        """``targets``: RayCluster key "ns/name" -> dashboard base URL (None: no head yet, skipped)."""
-        self._obs = {k: v for k, v in self._obs.items() if k in targets}
-        await asyncio.gather(*(self._one(k, url, now) for k, url in targets.items() if url))
+    async def poll(self, targets: Mapping[str, DashboardTarget | None], now: float) -> None:
+        """``targets``: RayCluster key "ns/name" -> its dashboard target (None: not opted in, never asked)."""
+        self._obs = {k: v for k, v in self._obs.items() if targets.get(k) is not None}
+        self._logged = {k: v for k, v in self._logged.items() if k in self._obs}
+        await asyncio.gather(*(self._one(k, t, now) for k, t in targets.items() if t is not None))

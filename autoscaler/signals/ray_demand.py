@@ -18,8 +18,10 @@ rest is still used; only when no demand source answered does :meth:`fetch_status
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -34,7 +36,6 @@ from autoscaler.signals.ray_parse import (
     RayResourceRequest,
     RayStatus,
     StatusReport,
-    fit_to_groups,
     merge_nodes,
     parse_actors,
     parse_cluster_status,
@@ -55,12 +56,13 @@ __all__ = [
     "RayResourceRequest",
     "RaySignalError",
     "RayStatus",
-    "fit_to_groups",
 ]
 
 log = logging.getLogger(__name__)
 
-ERROR_KINDS = ("timeout", "connect", "http_status", "parse", "auth")
+# auth: the head refused the token (401/403); credentials: the controller has no token to send
+# (its Secret cannot be read); tls: the head's certificate was not accepted.
+ERROR_KINDS = ("timeout", "connect", "tls", "http_status", "parse", "auth", "credentials")
 MAX_BODY_BYTES = 64 * 2**20
 THREAD_PARSE_BYTES = 2**20  # larger answers are decoded and parsed off the event loop
 
@@ -95,7 +97,10 @@ class RayDashboardClient:
     """Reads one Ray head's dashboard over HTTP.  Stateless between calls; share one per process.
 
     ``token``: the RayCluster's auth token (KubeRay ``authOptions.mode: token``), sent as
-    ``authorization: Bearer <token>``.  ``timeout``: seconds per request.  ``limit``: rows asked
+    ``authorization: Bearer <token>``; ``ssl``: the TLS context for ``https`` heads (None: the
+    default, verifying context).  Both are per head: :meth:`bound` gives a client for one head that
+    shares this one's session.  Redirects are never followed (a head must not send the token on to
+    another address).  ``timeout``: seconds per request.  ``limit``: rows asked
     of each state-API list (Ray caps it at 10 000); a longer list is recorded as ``incomplete``.
     ``max_report_age``: a v1 report older than this (seconds, by its own ``time`` against
     ``now``) is from an autoscaler that stopped writing; the state API is used instead.
@@ -111,20 +116,31 @@ class RayDashboardClient:
         limit: int = 2000,
         max_report_age: float = 120.0,
         max_body_bytes: int = MAX_BODY_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._session = session
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._limit = limit
         self._max_report_age = max_report_age
         self._max_body_bytes = max_body_bytes
+
+    def bound(self, *, token: str | None, ssl_context: ssl.SSLContext | None = None) -> RayDashboardClient:
+        """This client for one head: same session and limits, that head's token and TLS context."""
+        c = copy.copy(self)
+        c._headers = {"authorization": f"Bearer {token}"} if token else {}
+        c._ssl = ssl_context if ssl_context is not None else True
+        return c
 
     # ------------------------------------------------------------------------------- transport
     async def get_bytes(self, base_url: str, path: str, part: str) -> bytes:
         """GET ``base_url + path``: the body of a 200 answer; every failure is a :class:`RaySignalError`."""
         url = base_url.rstrip("/") + path
         try:
-            async with self._session.get(url, headers=self._headers, timeout=self._timeout) as resp:
+            async with self._session.get(
+                url, headers=self._headers, timeout=self._timeout, allow_redirects=False, ssl=self._ssl
+            ) as resp:
                 if resp.status in (401, 403):
                     raise RaySignalError(
                         "auth", f"{url}: HTTP {resp.status} (token missing or wrong)", part=part
@@ -142,6 +158,8 @@ class RayDashboardClient:
             ) from e
         except aiohttp.ClientPayloadError as e:
             raise RaySignalError("parse", f"{url}: broken body: {e}", part=part) from e
+        except (aiohttp.ClientSSLError, ssl.SSLError) as e:
+            raise RaySignalError("tls", f"{url}: {type(e).__name__}: {e}", part=part) from e
         except (aiohttp.ClientError, OSError) as e:
             raise RaySignalError("connect", f"{url}: {type(e).__name__}: {e}", part=part) from e
         return body
@@ -321,12 +339,13 @@ async def _catch(aw: Awaitable[T]) -> T | RaySignalError:
 
 
 def _raise_auth(errors: list[Any]) -> None:
+    """A refused token or certificate fails every part the same way: give up on the head at once."""
     for e in errors:
-        if isinstance(e, RaySignalError) and e.kind == "auth":
+        if isinstance(e, RaySignalError) and e.kind in ("auth", "tls"):
             raise e
 
 
-_PRIORITY = {"auth": 0, "connect": 1, "timeout": 2, "http_status": 3, "parse": 4}
+_PRIORITY = {"credentials": 0, "auth": 0, "tls": 1, "connect": 1, "timeout": 2, "http_status": 3, "parse": 4}
 
 
 def _first_error(candidates: list[Any]) -> RaySignalError:

@@ -11,8 +11,9 @@ Vocabulary:
   ``ray status``) with the resources it asks for;
 - ``infeasible`` on a pending item is Ray's own meaning: no *current* Ray node could ever hold it
   (``INFEASIBLE``), as opposed to waiting for resources that are in use (``NO_RESOURCES``).
-  :func:`fit_to_groups` re-judges demand against the RayCluster's worker-group shapes, which is
-  what a scaler needs (a GPU task is infeasible to Ray while the GPU group has 0 workers).
+  The scaler re-judges demand against the RayCluster's worker-group shapes
+  (``autoscaler.core.policy.scaling.assign_demand``): a GPU task is infeasible to Ray while the
+  GPU group has 0 workers.
 """
 
 from __future__ import annotations
@@ -818,36 +819,6 @@ def to_demand(items: Iterable[PendingItem], nodes: tuple[RayNodeInfo, ...] | Non
         )
         for (kind, shape, inf, strategy, group, _), n in counts.items()
     )
-
-
-def fit_to_groups(
-    demand: Iterable[RayDemand],
-    groups: Mapping[str, Mapping[str, float]],
-    head: Mapping[str, float] | None = None,
-) -> tuple[RayDemand, ...]:
-    """Re-judge demand against the RayCluster's worker-group shapes (Ray resources per worker).
-
-    Ray's INFEASIBLE means "no *current* node fits"; a scaler needs "no worker group fits".
-    A demand pinned to a group (``group`` set from a label selector) is infeasible when that
-    group does not exist or its workers are too small.  Otherwise it is infeasible when neither
-    the head nor any group can hold it, and ``group`` is set when exactly one group can.
-    STRICT_PACK placement groups must fit ``count`` bundles on one worker.
-    """
-    out = []
-    for d in demand:
-        times = d.count if d.kind == "placement_group" and d.strategy == "STRICT_PACK" else 1
-        if d.group is not None:
-            shape = groups.get(d.group)
-            out.append(replace(d, infeasible=shape is None or not shape_fits(d.shape, shape, times)))
-            continue
-        fitting = [name for name, shape in groups.items() if shape_fits(d.shape, shape, times)]
-        head_fits = head is not None and shape_fits(d.shape, head, times)
-        out.append(
-            replace(
-                d, infeasible=not fitting and not head_fits, group=fitting[0] if len(fitting) == 1 else None
-            )
-        )
-    return tuple(out)
 
 
 def with_strategies(items: Iterable[PendingItem], report: StatusReport | None) -> tuple[PendingItem, ...]:

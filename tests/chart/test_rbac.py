@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.rbac import CONTROLLER_API_CALLS
+from autoscaler.rbac import CONTROLLER_API_CALLS, NAMED_SECRET_CALLS
 from tests.chart.combos import COMBOS
-from tests.chart.helm import HELMS, MAPPING, NAMESPACE, render
+from tests.chart.helm import CHART, HELMS, MAPPING, NAMESPACE, RELEASE, render, run_helm
 
 pytestmark = pytest.mark.e2e
 
@@ -24,23 +24,52 @@ def expand(rules: list[dict]) -> set[Triple]:
     return out
 
 
-def granted(docs, service_account: str) -> tuple[set[Triple], set[Triple]]:
-    """(cluster-wide, release-namespace-only) triples bound to the service account."""
-    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("ClusterRole", "Role")}
-    cluster: set[Triple] = set()
-    namespaced: set[Triple] = set()
+SECRETS = ("controller.rayTokenSecrets={team-a/ray-token,team-b/ray-token,team-a/ray-token-v2}",)
+
+
+def _role_key(d) -> tuple[str, str, str]:
+    return d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]
+
+
+def bindings(docs, service_account: str):
+    """(binding, role) pairs that bind a role to the service account."""
+    roles = {_role_key(d): d for d in docs if d["kind"] in ("ClusterRole", "Role")}
     for b in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         if not any(s["kind"] == "ServiceAccount" and s["name"] == service_account and s["namespace"] == NAMESPACE
                    for s in b["subjects"]):
             continue
-        role = roles[(b["roleRef"]["kind"], b["roleRef"]["name"])]
+        ns = b["metadata"].get("namespace", "") if b["roleRef"]["kind"] == "Role" else ""
+        yield b, roles[(b["roleRef"]["kind"], ns, b["roleRef"]["name"])]
+
+
+def granted(docs, service_account: str) -> tuple[set[Triple], set[Triple]]:
+    """(cluster-wide, release-namespace-only) triples bound to the service account; Roles in other
+    namespaces are allowed only for the named Secrets (see :func:`secret_grants`)."""
+    cluster: set[Triple] = set()
+    namespaced: set[Triple] = set()
+    for b, role in bindings(docs, service_account):
         triples = expand(role["rules"])
         if b["kind"] == "ClusterRoleBinding":
             cluster |= triples
+        elif b["metadata"]["namespace"] == NAMESPACE:
+            assert role["metadata"]["namespace"] == NAMESPACE
+            namespaced |= triples
         else:
-            assert b["metadata"]["namespace"] == role["metadata"]["namespace"] == NAMESPACE
+            assert triples == NAMED_SECRET_CALLS, f"a tenant namespace gets more than named Secrets: {role}"
             namespaced |= triples
     return cluster, namespaced
+
+
+def secret_grants(docs, service_account: str) -> dict[str, set[str]]:
+    """namespace -> the Secret names the service account may get there; every rule must name them."""
+    out: dict[str, set[str]] = {}
+    for _, role in bindings(docs, service_account):
+        for rule in role["rules"]:
+            if "secrets" in rule["resources"]:
+                assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"], rule
+                assert rule.get("resourceNames"), f"Secrets granted without resourceNames: {rule}"
+                out.setdefault(role["metadata"]["namespace"], set()).update(rule["resourceNames"])
+    return out
 
 
 def controller_sa(docs) -> str:
@@ -50,14 +79,35 @@ def controller_sa(docs) -> str:
 
 @pytest.mark.parametrize("helm", HELMS)
 def test_controller_rbac_is_exactly_the_code_api_calls(helm: str) -> None:
-    docs = render(helm, MAPPING).docs
+    docs = render(helm, (*MAPPING, *SECRETS)).docs
     cluster, namespaced = granted(docs, controller_sa(docs))
     total = cluster | namespaced
     assert not total - CONTROLLER_API_CALLS, f"granted but never called: {sorted(total - CONTROLLER_API_CALLS)}"
     assert not CONTROLLER_API_CALLS - total, f"called but not granted: {sorted(CONTROLLER_API_CALLS - total)}"
     # the Lease is only needed in the release namespace, where the controller elects its leader
-    assert {t for t in total if t[1] == "leases"} == namespaced
-    assert not {t for t in cluster if t[1] == "leases"}
+    assert {t for t in total if t[1] in ("leases", "secrets")} == namespaced
+    assert not {t for t in cluster if t[1] in ("leases", "secrets")}
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_ray_token_secrets_are_granted_by_name_in_their_own_namespace(helm: str) -> None:
+    docs = render(helm, SECRETS).docs
+    assert secret_grants(docs, controller_sa(docs)) == {
+        "team-a": {"ray-token", "ray-token-v2"}, "team-b": {"ray-token"}}
+    # without the list: no Secret at all, anywhere
+    plain = render(helm).docs
+    cluster, namespaced = granted(plain, controller_sa(plain))
+    assert secret_grants(plain, controller_sa(plain)) == {}
+    assert (cluster | namespaced) == CONTROLLER_API_CALLS - NAMED_SECRET_CALLS
+
+
+@pytest.mark.parametrize("entry", ["team-a", "team-a/ray/token", "Team-A/token", "/token"])
+def test_a_malformed_secret_entry_fails_the_render(entry: str) -> None:
+    proc = run_helm("helm3", "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    "--set", f"controller.rayTokenSecrets={{{entry}}}")
+    # refused by the schema's pattern or, failing that, by the template itself
+    assert proc.returncode != 0 and ("expected namespace/secretName" in proc.stderr
+                                     or "rayTokenSecrets" in proc.stderr), proc.stderr
 
 
 @pytest.mark.parametrize("helm", HELMS)
@@ -76,7 +126,7 @@ def test_without_leader_election_no_lease_rights(helm: str) -> None:
     docs = render(helm, COMBOS["scrape-dryrun-no-leader"].sets).docs
     cluster, namespaced = granted(docs, controller_sa(docs))
     assert namespaced == set()
-    assert cluster == {t for t in CONTROLLER_API_CALLS if t[1] != "leases"}
+    assert cluster == {t for t in CONTROLLER_API_CALLS if t[1] not in ("leases", "secrets")}
 
 
 @pytest.mark.parametrize("helm", HELMS)

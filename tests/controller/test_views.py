@@ -144,7 +144,8 @@ def test_ray_cluster_view():
     raw["spec"]["workerGroupSpecs"][0]["idleTimeoutSeconds"] = 120
     v = views.ray_cluster_view(raw)
     rc = v.state
-    assert v.dashboard_url == "http://10.1.2.3:8266"
+    # opted in: polled at its own head Service, never at the address in its status (10.1.2.3:8266)
+    assert v.dashboard is not None and v.dashboard.base_url == "http://rc-head-svc.team-a.svc:8265"
     assert rc.in_tree_autoscaler and rc.opted_in and rc.kueue_managed and not rc.elastic
     g0, g1 = rc.groups
     assert (g0.replicas, g0.min_replicas, g0.max_replicas, g0.gpus_per_worker) == (2, 1, 4, 2)
@@ -153,11 +154,51 @@ def test_ray_cluster_view():
     assert g1.gpus_per_worker == 1 and g1.ray_resources["fakegpu"] == 2
 
 
-def test_dashboard_url_fallbacks():
-    raw = o.ray_cluster("rc", head_ip=None)
-    assert views.ray_cluster_view(raw).dashboard_url is None
-    raw["status"] = {"head": {"serviceName": "rc-head-svc"}}
-    assert views.ray_cluster_view(raw).dashboard_url == "http://rc-head-svc.team-a.svc:8265"
+def test_dashboard_target_comes_from_the_spec_never_the_status():
+    opt_in = {"queuepilot.io/autoscale": "true"}
+    assert views.ray_cluster_view(o.ray_cluster("rc", head_ip="10.6.6.6", dashboard_port=80)).dashboard is None
+    raw = o.ray_cluster("rc", head_ip=None, annotations=opt_in)
+    t = views.ray_cluster_view(raw).dashboard
+    assert t is not None and (t.namespace, t.cluster, t.base_url, t.token_secret) == (
+        "team-a", "rc", "http://rc-head-svc.team-a.svc:8265", None)
+    raw["status"] = {"head": {"serviceIP": "10.6.6.6", "podIP": "10.6.6.7", "serviceName": "evil"},
+                     "endpoints": {"dashboard": "80"}}
+    assert views.ray_cluster_view(raw).dashboard == t
+    # the head container's "dashboard" port (what KubeRay's head Service exposes), https, a token Secret
+    raw["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"] = [
+        {"name": "gcs", "containerPort": 6379}, {"name": "dashboard", "containerPort": 8443}]
+    raw["metadata"]["annotations"] |= {"queuepilot.io/ray-dashboard-scheme": "https",
+                                       "queuepilot.io/ray-token-secret": "ray-token"}
+    t = views.ray_cluster_view(raw).dashboard
+    assert t is not None and (t.base_url, t.token_secret) == ("https://rc-head-svc.team-a.svc:8443", "ray-token")
+    # a custom head Service name (spec.headGroupSpec.headService), as KubeRay names it
+    raw["spec"]["headGroupSpec"]["headService"] = {"metadata": {"name": "my-head"}}
+    assert views.ray_cluster_view(raw).dashboard.host == "my-head.team-a.svc"
+
+
+@pytest.mark.parametrize(("cluster", "service"), [
+    ("rc", "rc-head-svc"),
+    ("a" * 60, "a" * 41 + "-head-svc"),  # KubeRay's CheckName keeps the last 50 characters
+    ("9rc", "rrc-head-svc"),  # a leading digit becomes "r"
+    ("x" * 10 + "-" + "y" * 40, "r" + "y" * 40 + "-head-svc"),  # cut to a leading "-": "r" too
+])
+def test_head_service_name_follows_kuberay(cluster, service):
+    assert views.head_service_name(cluster, {}) == service
+
+
+@pytest.mark.parametrize(("annotations", "spec_change", "match"), [
+    ({"queuepilot.io/ray-dashboard-scheme": "ftp"}, None, "ray-dashboard-scheme"),
+    ({"queuepilot.io/ray-token-secret": "team-b/token"}, None, "ray-token-secret"),
+    ({}, {"headService": {"metadata": {"name": "evil.example.com"}}}, "headService"),
+    ({}, {"template": {"spec": {"containers": [{"name": "h", "ports": [{"name": "dashboard",
+                                                                        "containerPort": 70000}]}]}}}, "port"),
+])
+def test_malformed_dashboard_settings_are_refused(annotations, spec_change, match):
+    raw = o.ray_cluster("rc", annotations={"queuepilot.io/autoscale": "true", **annotations})
+    if spec_change:
+        raw["spec"]["headGroupSpec"] |= spec_change
+    with pytest.raises(views.MalformedObject, match=match):
+        views.ray_cluster_view(raw)
 
 
 def test_pod_view():

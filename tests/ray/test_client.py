@@ -298,7 +298,7 @@ async def test_token_auth(serve, session, v2_answers):
 
 
 def test_error_kinds_are_bounded():
-    assert set(ERROR_KINDS) == {"timeout", "connect", "http_status", "parse", "auth"}
+    assert set(ERROR_KINDS) == {"timeout", "connect", "tls", "http_status", "parse", "auth", "credentials"}
     with pytest.raises(ValueError):
         RaySignalError("weird", "x")
 

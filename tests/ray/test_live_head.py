@@ -33,7 +33,6 @@ import aiohttp
 import pytest
 
 from autoscaler.signals.ray_demand import RayDashboardClient, RaySignalError, RayStatus
-from autoscaler.signals.ray_parse import fit_to_groups
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -266,20 +265,6 @@ def test_node_state(settled_status: RayStatus):
     assert 0.0 <= node.cpu_utilization <= 1.0 and 0.0 < node.memory_utilization <= 1.0
     assert node.idle_seconds is not None
     assert node.pod_name == POD_NAME and node.group == "headgroup"  # from KubeRay's env, through Ray
-
-
-def test_worker_groups_make_it_feasible(settled_status: RayStatus):
-    """Ray calls the 4-GPU work infeasible on the head alone; a 4-GPU worker group fits all of it."""
-    groups = {"gpu-workers": {"CPU": 8.0, "GPU": 4.0}, "cpu-workers": {"CPU": 16.0}}
-    judged = fit_to_groups(settled_status.demand, groups, head=settled_status.nodes[0].total)
-    assert all(not d.infeasible for d in judged)
-    assert {d.group for d in judged} == {"gpu-workers"}
-    too_small = fit_to_groups(settled_status.demand, {"gpu-workers": {"CPU": 8.0, "GPU": 1.0}})
-    assert {(d.kind, d.shape.get("GPU"), d.strategy) for d in too_small if d.infeasible} == {
-        ("task", 4.0, ""),
-        ("placement_group", 4.0, "PACK"),
-        ("placement_group", 1.0, "STRICT_PACK"),
-    }
 
 
 async def test_each_source_on_its_own(head: Head, settled_status: RayStatus):

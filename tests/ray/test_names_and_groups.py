@@ -6,7 +6,6 @@ import pytest
 from ray.dashboard.utils import to_camel_case as ray_to_camel_case
 from ray.dashboard.utils import to_google_style
 
-from autoscaler.core.snapshot import RayDemand
 from autoscaler.signals import ray_parse as rp
 
 NAMES = [
@@ -110,39 +109,6 @@ def test_label_selectors(selector, labels, match):
 )
 def test_group_from_selector(selector, group):
     assert rp.group_from_selector(selector) == group
-
-
-GROUPS = {"a100": {"CPU": 16.0, "GPU": 8.0}, "small-gpu": {"CPU": 8.0, "GPU": 1.0}, "cpu": {"CPU": 32.0}}
-
-
-def test_fit_to_groups():
-    demand = (
-        RayDemand("task", {"GPU": 1.0}, count=3, infeasible=True),  # Ray: no current node has a GPU
-        RayDemand("task", {"GPU": 4.0}, count=1),  # only the a100 group
-        RayDemand("actor", {"GPU": 16.0}, count=1),  # no group
-        RayDemand("placement_group", {"GPU": 2.0}, count=4, strategy="STRICT_PACK"),  # 8 GPUs on one worker
-        RayDemand("placement_group", {"GPU": 2.0}, count=5, strategy="STRICT_PACK"),  # 10 on one: never
-        RayDemand("placement_group", {"GPU": 2.0}, count=5, strategy="PACK"),  # spreads: fits a100
-        RayDemand("task", {"GPU": 1.0}, count=1, group="cpu"),  # pinned to a group without GPUs
-        RayDemand("task", {"GPU": 1.0}, count=1, group="gone"),  # pinned to a group that is not there
-        RayDemand("task", {"CPU": 1.0, "head_only": 1.0}, count=1),  # only the head has it
-    )
-    out = rp.fit_to_groups(demand, GROUPS, head={"CPU": 4.0, "head_only": 1.0})
-    got = [(d.infeasible, d.group) for d in out]
-    assert got == [
-        (False, None),  # a100 and small-gpu both fit
-        (False, "a100"),
-        (True, None),
-        (False, "a100"),
-        (True, None),
-        (False, "a100"),
-        (True, "cpu"),
-        (True, "gone"),
-        (False, None),
-    ]
-    assert [(d.kind, dict(d.shape), d.count) for d in out] == [
-        (d.kind, dict(d.shape), d.count) for d in demand
-    ]
 
 
 def test_to_demand_aggregates_tasks_but_keeps_placement_groups_apart():
