@@ -204,32 +204,71 @@ DCGM_FAMILIES: tuple[MetricSpec, ...] = (
     ),
 )
 
-# DCGM profiling families: passed through from a co-located dcgm-exporter (``--source dcgm``) only.
+# DCGM profiling families (DCP): from GPM in the nvml source (Hopper and newer), passed through from a
+# co-located dcgm-exporter (dcgm source), simulated (sim source).  Help texts as dcgm-exporter's CSVs.
+_PROF_SOURCE = "nvml: GPM {gpm}; dcgm: dcgm-exporter; sim"
+
+
+def _prof(name: str, help_: str, unit: str, gpm: str) -> MetricSpec:
+    return _dcgm(name, "gauge", help_, unit, _PROF_SOURCE.format(gpm=gpm))
+
+
 DCGM_PROF_FAMILIES: tuple[MetricSpec, ...] = (
-    _dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.", "ratio", "dcgm-exporter"),
-    _dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.", "ratio", "dcgm-exporter"),
-    _dcgm(
+    _prof("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", "ratio", "GRAPHICS_UTIL / 100"),
+    _prof("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", "ratio", "ANY_TENSOR_UTIL / 100"),
+    _prof(
         "DCGM_FI_PROF_DRAM_ACTIVE",
-        "gauge",
         "Ratio of cycles the device memory interface is active sending or receiving data.",
         "ratio",
-        "dcgm-exporter",
+        "DRAM_BW_UTIL / 100",
     ),
-    _dcgm("DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned.", "ratio", "dcgm-exporter"),
-    _dcgm("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.", "ratio", "dcgm-exporter"),
-    _dcgm(
+    _prof("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", "ratio", "SM_UTIL / 100"),
+    _prof("DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.", "ratio", "SM_OCCUPANCY / 100"),
+    _prof(
+        "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE",
+        "Ratio of cycles the HMMA tensor pipe is active.",
+        "ratio",
+        "HMMA_TENSOR_UTIL / 100",
+    ),
+    _prof(
+        "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE",
+        "Ratio of cycles the IMMA tensor pipe is active.",
+        "ratio",
+        "IMMA_TENSOR_UTIL / 100",
+    ),
+    _prof(
+        "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE",
+        "Ratio of cycles the DFMA tensor pipe is active.",
+        "ratio",
+        "DFMA_TENSOR_UTIL / 100",
+    ),
+    _prof("DCGM_FI_PROF_PIPE_INT_ACTIVE", "Ratio of cycles the integer pipe is active.", "ratio", "INTEGER_UTIL / 100"),
+    _prof("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "Ratio of cycles the fp64 pipes are active.", "ratio", "FP64_UTIL / 100"),
+    _prof("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "Ratio of cycles the fp32 pipes are active.", "ratio", "FP32_UTIL / 100"),
+    _prof("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "Ratio of cycles the fp16 pipes are active.", "ratio", "FP16_UTIL / 100"),
+    _prof(
         "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "gauge",
         "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
         "bytes_per_second",
-        "dcgm-exporter",
+        "PCIE_TX_PER_SEC * 2^20",
     ),
-    _dcgm(
+    _prof(
         "DCGM_FI_PROF_PCIE_RX_BYTES",
-        "gauge",
         "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
         "bytes_per_second",
-        "dcgm-exporter",
+        "PCIE_RX_PER_SEC * 2^20",
+    ),
+    _prof(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
+        "bytes_per_second",
+        "NVLINK_TOTAL_TX_PER_SEC * 2^20",
+    ),
+    _prof(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
+        "bytes_per_second",
+        "NVLINK_TOTAL_RX_PER_SEC * 2^20",
     ),
 )
 

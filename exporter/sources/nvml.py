@@ -3,7 +3,10 @@
 ``nvmlInit`` once; static facts (index, UUID, name, PCI bus id, driver version, MIG instances)
 read once and cached; each collection reads every dcgm-exporter default field NVML can give
 (table in ``nvml_reads``) in one worker thread; XID events come from ``nvml_xid`` in a thread of
-their own.  Failures are facts, not crashes:
+their own.  Where ``nvmlGpmQueryDeviceSupport`` says yes (Hopper and newer, not vGPU), the same
+worker thread also reads DCGM's profiling fields (``DCGM_FI_PROF_*``) per GPU and per MIG
+instance through GPM (``nvml_gpm``: one sample per device per collection, rates over the interval
+between two collections).  Failures are facts, not crashes:
 
 - a field NVML does not support on a GPU (``NotSupported``, ``NoPermission``) is skipped and
   counted once, then never asked again; a symbol the driver lacks (``FunctionNotFound``) falls back
@@ -11,6 +14,9 @@ their own.  Failures are facts, not crashes:
 - a GPU whose calls say ``GpuIsLost`` / ``Unknown``, or whose memory read fails, is ``lost`` with
   empty fields (counted ``gpu_lost`` each collection) while the others keep reporting; it is
   reported again when it answers;
+- GPM unsupported on a GPU (or a driver without GPM) is logged once and counted once
+  (``not_supported`` / ``function_not_found``); so is each GPM metric a device does not support;
+  a failing GPM sample or metrics call is counted ``nvml_error`` (logged once) and re-primed;
 - ``DriverNotLoaded`` / ``Uninitialized`` aborts the collection (``SourceError("driver_not_loaded")``)
   and NVML is re-initialised on a later collection, backing off 1 s doubling to 60 s.
 
@@ -33,6 +39,7 @@ from typing import Any
 
 from exporter.sample import FleetSample, GpuSample, MigInstance
 from exporter.sources.base import SourceError, SourceUnavailable
+from exporter.sources.nvml_gpm import GpmStream, GpmUnsupported, device_supported
 from exporter.sources.nvml_reads import GPU_READS, MEMORY, MIG_READS, XID_FIELD, Read
 from exporter.sources.nvml_xid import XidWatcher
 
@@ -65,6 +72,7 @@ class _Mig:
     gpu_instance_id: int
     profile: str
     uuid: str
+    gpm: GpmStream | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +87,7 @@ class _Gpu:
     migs: tuple[_Mig, ...] = ()
     known: bool = False
     lost: bool = False
+    gpm: GpmStream | None = None
 
 
 class _Lost(Exception):
@@ -108,8 +117,10 @@ class NvmlSource:
         xid_wait_ms: int = 1000,
         clock: Callable[[], float] = time.time,
         xid_backoff: tuple[float, float] = (1.0, 30.0),
+        gpm: bool = True,
     ) -> None:
         self.hostname = hostname
+        self.gpm = gpm
         self.xid_wait_ms = int(xid_wait_ms)
         self._clock = clock
         self._xid_backoff = xid_backoff
@@ -128,6 +139,8 @@ class NvmlSource:
         self._gone: set[str] = set()  # reads whose every symbol is missing from this driver
         self._logged: set[tuple[str, ...]] = set()
         self._closed = False
+        self._pending_errors: Counter[str] = Counter()  # met outside a collection (start), counted at the next
+        self._counted: set[tuple[str, ...]] = set()  # once-counted facts (GPM unsupported per device...)
 
     # --- GpuSource -----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -215,8 +228,19 @@ class NvmlSource:
             self._xid = None
         return stopped
 
+    def _streams(self) -> list[GpmStream]:
+        out = []
+        for g in self._gpus:
+            if g.gpm is not None:
+                out.append(g.gpm)
+            out.extend(m.gpm for m in g.migs if m.gpm is not None)
+        return out
+
     def _shutdown(self) -> None:
         nv = self._nv
+        if self._inits > 0:
+            for stream in self._streams():
+                stream.free(nv)
         while self._inits > 0:
             self._inits -= 1
             try:
@@ -259,6 +283,75 @@ class NvmlSource:
         g.pci_bus_id = bus_id.decode("ascii", "replace") if isinstance(bus_id, bytes) else str(bus_id)
         g.migs = self._read_migs(g)
         g.known = True
+        if self.gpm:
+            self._setup_gpm(g)
+
+    # --- GPM -----------------------------------------------------------------------------------------
+    def _count_once(self, counter: Counter[str], key: tuple[str, ...], kind: str) -> None:
+        if key not in self._counted:
+            self._counted.add(key)
+            counter[kind] += 1
+
+    def _setup_gpm(self, g: _Gpu) -> None:
+        """GPM streams for the GPU and its MIG instances, primed; unsupported: logged and counted once."""
+        nv = self._nv
+        try:
+            device_supported(nv, g.handle)
+        except GpmUnsupported as e:
+            self._count_once(self._pending_errors, ("gpm", g.uuid), e.kind)
+            self._log_once(("gpm", g.uuid), "NVML: GPU %d (%s): %s; DCGM_FI_PROF_* not reported", g.index, g.uuid, e)
+            return
+        except self._driver_errors() as e:
+            raise _DriverGone(str(e)) from None
+        except nv.NVMLError as e:
+            self._pending_errors["nvml_error"] += 1
+            self._log_once(("gpm", g.uuid), "NVML: GPU %d (%s): GPM support query failed: %s", g.index, g.uuid, e)
+            return
+        g.gpm = self._new_stream(g.uuid, g.handle, None)
+        for m in g.migs:
+            m.gpm = self._new_stream(m.uuid, g.handle, m.gpu_instance_id)
+
+    def _new_stream(self, key: str, handle: Any, gpu_instance_id: int | None) -> GpmStream | None:
+        nv = self._nv
+        stream = GpmStream(key, handle, gpu_instance_id)
+        try:
+            stream.allocate(nv)
+        except nv.NVMLError as e:
+            stream.free(nv)
+            self._pending_errors["nvml_error"] += 1
+            self._log_once(("gpm-alloc", key), "NVML: %s: GPM sample allocation failed: %s", key, e)
+            return None
+        try:
+            stream.prime(nv)
+        except nv.NVMLError as e:
+            self._log_once(("gpm-read", key), "NVML: %s: GPM sample failed: %s (retried each collection)", key, e)
+        return stream
+
+    def _read_gpm(self, stream: GpmStream | None, out: dict[str, float], errors: Counter[str]) -> None:
+        if stream is None or not stream.allocated:
+            return
+        nv = self._nv
+        try:
+            values, newly = stream.read(nv)
+        except nv.NVMLError_NotSupported as e:
+            stream.free(nv)  # allocated is empty from now on: never asked again
+            self._count_once(errors, ("gpm", stream.key), "not_supported")
+            self._log_once(("gpm", stream.key), "NVML: %s: GPM sample not supported (%s); DCGM_FI_PROF_* not reported", stream.key, e)
+            return
+        except self._driver_errors() as e:
+            raise _DriverGone(f"GPM: {e}") from None
+        except nv.NVMLError as e:
+            errors["nvml_error"] += 1
+            self._log_once(("gpm-read", stream.key, str(e.value)), "NVML: %s: GPM read failed: %s", stream.key, e)
+            return
+        out.update(values)
+        if newly:
+            self._count_once(errors, ("gpm-metrics", stream.key, *(f.gpm_name for f in newly)), "not_supported")
+            log.info(
+                "NVML: %s: GPM metric(s) not supported, skipped: %s",
+                stream.key,
+                ", ".join(f"{f.gpm_name} ({f.dcgm_field})" for f in newly),
+            )
 
     def _read_migs(self, g: _Gpu) -> tuple[_Mig, ...]:
         nv = self._nv
@@ -297,7 +390,8 @@ class NvmlSource:
                 raise SourceError("not_started", "the nvml source is not started (or already closed)")
             if self._need_init:
                 self._reinit(now)
-            errors: Counter[str] = Counter()
+            errors: Counter[str] = Counter(self._pending_errors)
+            self._pending_errors.clear()
             try:
                 samples = [self._sample(g, errors) for g in self._gpus]
             except _DriverGone as e:
@@ -355,6 +449,7 @@ class NvmlSource:
         if g.lost:
             log.warning("NVML: GPU %d (%s) answers again", g.index, g.uuid)
             g.lost = False
+        self._read_gpm(g.gpm, fields, errors)
         migs = tuple(self._mig_instance(m, errors) for m in g.migs)
         return self._gpu_sample(g, fields, migs)
 
@@ -366,6 +461,8 @@ class NvmlSource:
         except _Lost:
             errors["nvml_error"] += 1
             fields = {}
+        else:
+            self._read_gpm(m.gpm, fields, errors)
         return MigInstance(m.gpu_instance_id, m.profile, m.uuid, MappingProxyType(fields))
 
     def _gpu_sample(self, g: _Gpu, fields: dict[str, float], migs: tuple[MigInstance, ...]) -> GpuSample:

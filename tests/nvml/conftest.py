@@ -3,7 +3,7 @@
 ``fake_nvml.c`` is compiled with gcc into a session tmp dir three times, each file named
 ``libnvidia-ml.so.1``: ``current/`` and ``old-driver/`` (``-DOLD_DRIVER``: some symbols not
 exported) are loaded in-process into the *real* pynvml with ``pynvml.nvmlLib = ctypes.CDLL(path)``
-(research-gpu.md 4); ``ld-path/`` is found by the dynamic loader through ``LD_LIBRARY_PATH`` in
+(no LD_LIBRARY_PATH needed); ``ld-path/`` is found by the dynamic loader through ``LD_LIBRARY_PATH`` in
 subprocess tests.  Only ``ld-path/`` carries the real ``DT_SONAME`` libnvidia-ml.so.1: glibc
 resolves a later ``dlopen("libnvidia-ml.so.1")`` to any already-mapped object with that soname,
 so an in-process fake with it would leak into every later pynvml user of the test process.  The
@@ -86,11 +86,17 @@ class FakeNvml:
         lib = ctypes.CDLL(str(path))
         lib.fake_nvml_call_count.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.fake_nvml_call_count.restype = ctypes.c_ulong
+        lib.fake_nvml_gpm_samples_live.restype = ctypes.c_int
         lib.fake_nvml_reset_counts()
         reset_pynvml()
         pynvml.nvmlLib = lib
         self.lib = lib
         return lib
+
+    def gpm_samples_live(self) -> int:
+        """GPM samples allocated and not freed."""
+        assert self.lib is not None
+        return int(self.lib.fake_nvml_gpm_samples_live())
 
     def calls(self, symbol: str, gpu: int = -1) -> int:
         """How many times the source called ``symbol`` (on GPU ``gpu``; -1: all)."""

@@ -57,7 +57,7 @@ async def test_fields_the_driver_does_not_support_are_skipped_once(
     # Ampere and newer retire no pages (they remap rows): the batch answers NOT_SUPPORTED per field
     fake_nvml.write("gpus 1\ngpu 0 not_supported field_29,field_30,field_31,field_230\n")
     fake_nvml.load()
-    source = make_source()
+    source = make_source(gpm=False)
     await source.start()
     first = await source.collect(1.0)
     second = await source.collect(2.0)

@@ -57,6 +57,12 @@ gpu 0 nvlink_recovery 24
 gpu 0 clocks_event 0x44
 gpu 0 enc_util 12
 gpu 0 dec_util 9
+gpu 0 gpm 1
+gpm 0 -1 1 71.5
+gpm 0 -1 2 64
+gpm 0 -1 3 30
+gpm 0 -1 5 41
+gpm 0 -1 10 55
 gpu 1 name NVIDIA H100 80GB HBM3
 gpu 1 uuid GPU-0a1b2c3d-0000-4000-8000-000000000002
 gpu 1 bus 0x9D
@@ -93,6 +99,12 @@ GPU0_FIELDS = {
     "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 22.0,
     "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 23.0,
     "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 24.0,
+    # GPM (percent -> ratio); the metrics the device does not answer are left out
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.715,
+    "DCGM_FI_PROF_SM_ACTIVE": 0.64,
+    "DCGM_FI_PROF_SM_OCCUPANCY": 0.30,
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.41,
+    "DCGM_FI_PROF_DRAM_ACTIVE": 0.55,
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": float(0x44),  # SwPowerCap | HwThermalSlowdown
     "DCGM_FI_DEV_ENC_UTIL": 12.0,
     "DCGM_FI_DEV_DEC_UTIL": 9.0,
@@ -123,7 +135,8 @@ async def test_healthy_gpus_report_every_field_in_dcgm_units(
     sample = await source.collect(1700000000.0)
 
     assert (sample.source, sample.hostname, sample.taken_at) == ("nvml", "node-a", 1700000000.0)
-    assert dict(sample.errors) == {}
+    # counted once: GPU 1 has no GPM, GPU 0's GPM lacks 11 of the 16 metrics
+    assert dict(sample.errors) == {"not_supported": 2}
     assert sample.collect_seconds > 0
     g0, g1 = sample.gpus
     assert (g0.index, g0.device, g0.uuid) == (0, "nvidia0", "GPU-0a1b2c3d-0000-4000-8000-000000000001")
@@ -133,7 +146,7 @@ async def test_healthy_gpus_report_every_field_in_dcgm_units(
         "550.54.15",
     )
     assert (g1.index, g1.pci_bus_id) == (1, "00000000:9D:00.0")
-    assert dict(g0.fields) == GPU0_FIELDS
+    assert dict(g0.fields) == pytest.approx(GPU0_FIELDS)
     # every dcgm-exporter default field NVML can give is there, under its exact DCGM name
     assert set(g1.fields) == {m.name for m in DCGM_FAMILIES}
     assert g1.fields["DCGM_FI_DEV_POWER_USAGE"] == 71.25
@@ -241,7 +254,7 @@ async def test_missing_function_on_old_driver_is_skipped_and_counted_once(
             assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" not in g.fields
             assert set(g.fields) == {m.name for m in DCGM_FAMILIES} - {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}
             assert not g.lost
-    assert samples[0].errors["function_not_found"] == 1
+    assert samples[0].errors["function_not_found"] == 1 + 2  # the energy read, and GPM on each GPU
     assert "function_not_found" not in samples[1].errors and "function_not_found" not in samples[2].errors
     # the newer symbols are missing too, and their deprecated fallbacks give the same facts
     g0 = samples[-1].gpus[0]
@@ -258,7 +271,7 @@ async def test_unsupported_field_is_skipped_counted_once_and_not_called_again(
         "gpus 2\ngpu 0 not_supported nvmlDeviceGetTotalEccErrors,nvmlDeviceGetPcieReplayCounter,memory_temp\n"
     )
     fake_nvml.load()
-    source = make_source()
+    source = make_source(gpm=False)  # GPM's own skips: test_nvml_gpm.py
     await source.start()
     samples = [await source.collect(float(t)) for t in range(4)]
 
@@ -289,7 +302,7 @@ async def test_mig_instances_carry_their_own_memory(
         f"mig 1 2 2 3g.40gb MIG-66666666-7777-8888-9999-000000000000 {40 * GiB} {GiB // 2}\n"
     )
     fake_nvml.load()
-    source = make_source()
+    source = make_source(gpm=False)  # MIG utilization through GPM: test_nvml_gpm.py
     await source.start()
     samples = [await source.collect(float(t)) for t in range(2)]
     g0, g1 = samples[-1].gpus
