@@ -1,4 +1,4 @@
-"""The controller's metric catalog (DESIGN.md "Metric contract", controller part).
+"""The controller's metric catalog.
 
 One table names every family the controller exposes; ``autoscaler/controller/collector.py`` renders them
 from the latest ``ClusterSnapshot`` and the decision/self counters, dashboards and alerts import
@@ -54,8 +54,9 @@ FLAVOR_LARGEST_FREE_BLOCK = MetricSpec(
 # --- admission ----------------------------------------------------------------------------------------
 ADMISSION_DECISIONS_TOTAL = MetricSpec(
     "queuepilot_admission_decisions_total", "counter",
-    "AdmissionCheck decisions written (or, in dry-run, that would be written), by state and reason.",
-    "count", ("cluster_queue", "state", "reason"), "STABLE", "admission policy",
+    "AdmissionCheck decisions written, by state and reason; mode=dry_run counts the state a live controller would "
+    "have written (in dry-run every check is set Ready).",
+    "count", ("cluster_queue", "state", "reason", "mode"), "STABLE", "admission policy",
 )
 ADMISSION_DECISION_SECONDS = MetricSpec(
     "queuepilot_admission_decision_seconds", "histogram",
@@ -93,8 +94,9 @@ RAY_IDLE_GPUS = MetricSpec(
 # --- scaling --------------------------------------------------------------------------------------------
 SCALE_DECISIONS_TOTAL = MetricSpec(
     "queuepilot_scale_decisions_total", "counter",
-    "Worker-group scaling decisions by direction and reason.",
-    "count", ("namespace", "raycluster", "group", "direction", "reason"), "STABLE", "scaling policy",
+    "Worker-group scaling decisions by direction and reason; mode=dry_run counts what a live controller would have "
+    "done (nothing is written in dry-run).",
+    "count", ("namespace", "raycluster", "group", "direction", "reason", "mode"), "STABLE", "scaling policy",
 )
 
 # --- self -----------------------------------------------------------------------------------------------
@@ -135,7 +137,8 @@ WRITE_ERRORS_TOTAL = MetricSpec(
 )
 WRITES_TOTAL = MetricSpec(
     "queuepilot_writes_total", "counter",
-    "Writes made to the API server, by resource and verb (dry-run counts what would have been written).",
+    "Writes made to the API server, by resource and verb (only writes that were made: in dry-run the Ready check "
+    "states, the Active condition and Events).",
     "count", ("resource", "verb"), "ALPHA", "actuators",
 )
 WEBHOOK_REVIEWS_TOTAL = MetricSpec(
@@ -172,3 +175,4 @@ BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 FLAVOR_STATES = ("nominal", "healthy", "unhealthy", "allocated", "free")
 WORKER_KINDS = ("current", "desired", "min", "max")
 DIRECTIONS = ("up", "down", "hold")
+MODES = ("live", "dry_run")  # the ``mode`` label of the decision counters

@@ -4,6 +4,7 @@ Without it Kueue marks every ClusterQueue that uses the check inactive (reason
 ``AdmissionCheckInactive``) and nothing is admitted.  Server-side apply on
 ``admissionchecks/status`` with our field manager and ``force=true``, only the ``Active``
 condition in the body; written only when the snapshot shows the check not active (write little).
+Written in dry-run too: a shadow controller must leave Kueue admitting as it would without it.
 """
 
 from __future__ import annotations
@@ -39,14 +40,9 @@ def active_body(name: str, now: float) -> dict[str, Any]:
 
 
 async def ensure_active(
-    api_client: Any, name: str, *, field_manager: str, now: float, counters: Any = None, dry_run: bool = False
+    api_client: Any, name: str, *, field_manager: str, now: float, counters: Any = None
 ) -> WriteOutcome:
     """Apply ``Active=True`` on AdmissionCheck ``name`` (the caller checked it is ours and not active)."""
-    if dry_run:
-        if counters is not None:
-            counters.writes.labels(resource=RESOURCE, verb="patch").inc()
-        log.info("dry-run: would set Active=True on AdmissionCheck %s", name)
-        return WriteOutcome("dry_run")
     try:
         await CustomObjectsApi(api_client).patch_cluster_custom_object_status(
             GROUP, VERSION, PLURAL, name, active_body(name, now),

@@ -3,8 +3,8 @@
 ``EventSink.post`` never blocks and never raises: events go to a bounded queue that a background
 task (started on demand, ending when the queue is empty) sends with ``CoreV1Api.create_namespaced_event`` (core v1 ``events`` create).  A full queue
 drops the event (counted as ``write_errors{resource="events", kind="dropped"}``); a failed send is
-counted and logged once per kind.  Messages are cut to 1024 characters.  In dry-run no Events are
-sent (they would be writes); the decision still shows in the log, the counters and the TUI lines.
+counted and logged once per kind.  Messages are cut to 1024 characters.  Events are sent in dry-run
+too: they change nothing in admission or scaling, and they are how a shadow run explains itself.
 """
 
 from __future__ import annotations
@@ -82,21 +82,19 @@ class EventSink:
         *,
         component: str = "queuepilot",
         instance: str = "queuepilot-controller",
-        dry_run: bool = False,
         maxsize: int = 1000,
     ) -> None:
         self._api = api_client
         self._counters = counters
         self._component = component
         self._instance = instance
-        self._dry_run = dry_run
         self._queue: asyncio.Queue[PendingEvent] = asyncio.Queue(maxsize=maxsize)
         self._task: asyncio.Task[None] | None = None
         self._logged: set[str] = set()
         self.sent = 0
 
     def post(self, ref: ObjectRef, type_: EventType, reason: str, message: str, now: float) -> None:
-        if self._dry_run or self._api is None:
+        if self._api is None:
             return
         try:
             self._queue.put_nowait(PendingEvent(ref, type_, reason, message, now))

@@ -4,10 +4,14 @@ Each call is one of the guarded writes in this package: ``workload_status.write_
 (server-side apply of our admission-check entry after a fresh read and the guards),
 ``raycluster_patch.patch_group`` (one JSON patch pinned to the snapshot's resourceVersion),
 ``admissioncheck_status.ensure_active``; Events go through one background ``EventSink``.
+
+In dry-run (shadow mode) the check's ``Active`` condition, ``Ready`` check states and Events are
+written; any other check state and every RayCluster patch answer ``dry_run`` without a request.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from autoscaler.act.admissioncheck_status import ensure_active
@@ -18,6 +22,9 @@ from autoscaler.act.workload_status import write_check_state
 from autoscaler.act.writer import EventTarget, EventType
 from autoscaler.core.policy.admission import AdmissionDecision
 from autoscaler.core.policy.scaling import GroupDecision
+from autoscaler.core.snapshot import CHECK_READY
+
+log = logging.getLogger(__name__)
 
 
 class KubeWriter:
@@ -36,15 +43,20 @@ class KubeWriter:
         self.controller_name = controller_name
         self.field_manager = field_manager
         self.dry_run = dry_run
-        self.events = events or EventSink(api_client, counters, dry_run=dry_run)
+        self.events = events or EventSink(api_client, counters)
 
     async def activate_check(self, name: str, now: float) -> WriteOutcome:
+        if self.api_client is None:
+            return WriteOutcome("dry_run", "no_client")
         return await ensure_active(self.api_client, name, field_manager=self.controller_name, now=now,
-                                   counters=self.counters, dry_run=self.dry_run)
+                                   counters=self.counters)
 
     async def set_check_state(self, decision: AdmissionDecision, now: float) -> WriteOutcome:
+        if self.dry_run and decision.state != CHECK_READY:
+            log.info("dry-run: not writing %s on %s", decision.state or "Pending", decision.workload)
+            return WriteOutcome("dry_run", "not_ready")
         return await write_check_state(self.api_client, decision, field_manager=self.controller_name, now=now,
-                                       counters=self.counters, dry_run=self.dry_run)
+                                       counters=self.counters)
 
     async def patch_group(self, decision: GroupDecision, group_index: int, now: float) -> WriteOutcome:
         return await patch_group(self.api_client, decision, group_index, field_manager=self.field_manager,

@@ -69,8 +69,6 @@ async def patch_group(
     if ops is None:
         return WriteOutcome("unchanged")
     if dry_run:
-        if counters is not None:
-            counters.writes.labels(resource=RESOURCE, verb="patch").inc()
         log.info("dry-run: would patch %s/%s group %s: %s", decision.namespace, decision.cluster, decision.group,
                  ops[2:])
         return WriteOutcome("dry_run")

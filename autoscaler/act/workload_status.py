@@ -1,4 +1,4 @@
-"""Write our entry of ``Workload.status.admissionChecks`` exactly as research-kueue.md prescribes.
+"""Write our entry of ``Workload.status.admissionChecks`` the way Kueue expects an AdmissionCheck controller to.
 
 - a fresh GET first, then the guards (Kueue #3322/#3543): same uid, ``QuotaReserved=True``,
   ``Evicted`` not True, ``Finished`` not True, ``spec.active`` not false, and our entry still
@@ -97,15 +97,12 @@ async def write_check_state(
     field_manager: str,
     now: float,
     counters: Any = None,
-    dry_run: bool = False,
     max_attempts: int = 3,
 ) -> WriteOutcome:
     """Fresh read, guards, SSA of our entry; 409 -> re-read and retry up to ``max_attempts``.
 
     Without an API client (demo, simulator) there is nothing to read or write: it counts as dry-run."""
     if api_client is None:
-        if counters is not None:
-            counters.writes.labels(resource=RESOURCE, verb="patch").inc()
         return WriteOutcome("dry_run", "no_client", 0)
     api = CustomObjectsApi(api_client)
     attempts = 0
@@ -127,12 +124,6 @@ async def write_check_state(
         body = apply_body(obj, decision, now)
         if body is None:
             return WriteOutcome("unchanged", "", attempts)
-        if dry_run:
-            if counters is not None:
-                counters.writes.labels(resource=RESOURCE, verb="patch").inc()
-            log.info("dry-run: would apply %s on %s: %s", body["status"]["admissionChecks"][0]["state"],
-                     decision.workload, decision.message)
-            return WriteOutcome("dry_run", "", attempts)
         try:
             await api.patch_namespaced_custom_object_status(
                 GROUP, VERSION, decision.namespace, PLURAL, decision.name, body,

@@ -35,6 +35,12 @@ class EventTarget(Protocol):
 
 
 class Writer(Protocol):
+    """``dry_run`` marks shadow mode.  The reconcilers then send only what keeps Kueue admitting as it
+    would without queuepilot: ``activate_check``, and ``set_check_state`` with state ``Ready`` and a
+    message that says what the live decision would have been; they never call ``patch_group`` (an
+    implementation answers ``dry_run`` without writing if it is called anyway) and keep posting
+    Events."""
+
     dry_run: bool
 
     async def activate_check(self, name: str, now: float) -> WriteOutcome:

@@ -15,6 +15,18 @@ decided within the next pass, plus a periodic resync):
    Retry/Rejected/hold, Normal for Ready), a line in ``published.last_decisions``; the ledger is
    published as ``reserved_gpus`` per flavor.  A decision that could not be written (guards failed
    on the fresh read, conflict, error) gives back its reservation / retry count.
+
+Dry-run (shadow mode, ``writer.dry_run``): Kueue must admit exactly as it would without us, so the
+check is kept ``Active`` and every decision is written as ``Ready`` with a message that says what
+the live decision would have been (``dry-run: would Retry: needs 2 pods x 8 GPUs ...``); the Event
+(always Normal) and the decision line say the same, and ``admission_decisions_total`` counts the
+would-be state with ``mode="dry_run"``.  The ledger is the live controller's would-be ledger: a
+would-be ``Ready`` reserves its GPUs exactly as in live mode (its pods come in both worlds), a
+forced ``Ready`` (would-be Retry / Rejected / hold) reserves nothing, and when the ledger is rebuilt
+(first pass, leader change) workloads whose check says ``dry-run: would`` anything but ``Ready`` are
+left out of it, so forced admissions never count as promises in later would-be decisions.  Their
+pods do run, though, and take real GPUs: later would-be decisions see that cluster, not the one a
+live controller would have left (a shadow run can only ever estimate).
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ from autoscaler.core.snapshot import CHECK_READY, CHECK_RETRY, ClusterSnapshot
 log = logging.getLogger(__name__)
 
 MAX_DECISION_LINES = 50
+MAX_MESSAGE = 1024  # Kueue's limit on an admission-check message
+DRY_RUN_PREFIX = "dry-run: would "
 YIELD_EVERY = 500  # decisions accounted between two yields to the event loop
 
 
@@ -44,6 +58,34 @@ def remember(ctx: ControllerContext, line: str) -> None:
     lines = ctx.published.last_decisions
     lines.append(line)
     del lines[:-MAX_DECISION_LINES]
+
+
+def would(d: AdmissionDecision) -> str:
+    """What a live controller would have done, in words: ``Retry``, ``Ready``, ``leave Pending``."""
+    return d.state or "leave Pending"
+
+
+def shadow_message(d: AdmissionDecision) -> str:
+    """The check message written in dry-run: the live decision, in the words it would have had."""
+    return f"{DRY_RUN_PREFIX}{would(d)}: {d.message}"[:MAX_MESSAGE]
+
+
+def shadow(d: AdmissionDecision) -> AdmissionDecision:
+    """``d`` as the dry-run writes it: ``Ready`` at once, the live decision in the message."""
+    return replace(d, state=CHECK_READY, message=shadow_message(d), requeue_after_seconds=None)
+
+
+def forced_ready(snapshot: ClusterSnapshot, controller_name: str) -> set[str]:
+    """Workloads whose check of ours a dry-run set ``Ready`` although the live decision was not Ready."""
+    out = set()
+    for wl in snapshot.workloads.values():
+        for c in wl.checks:
+            ac = snapshot.admission_checks.get(c.name)
+            if (ac is not None and ac.controller_name == controller_name and c.state == CHECK_READY
+                    and c.message.startswith(DRY_RUN_PREFIX)
+                    and not c.message.startswith(f"{DRY_RUN_PREFIX}{CHECK_READY}:")):
+                out.add(wl.key)
+    return out
 
 
 class AdmissionReconciler:
@@ -75,6 +117,9 @@ class AdmissionReconciler:
         self._last_pass = now
         if self.ledger is None or gap:
             self.ledger = rebuild_ledger(snapshot, self.config, now)
+            if self.dry_run:  # forced Readies were never promises of the live controller
+                for key in forced_ready(snapshot, self.config.controller_name):
+                    self.ledger = self.ledger.without(key)
         ledger = release(self.ledger, snapshot, now, self.config.reservation_timeout_seconds)
         result = decide_admissions(snapshot, ledger, self.history, self.config, now)
         self.ledger, self.history = result.ledger, dict(result.history)
@@ -95,12 +140,13 @@ class AdmissionReconciler:
             self._activated[name] = now
             outcome = await self.writer.activate_check(name, now)
             if outcome.result in ("written", "dry_run"):
-                remember(self.ctx, f"AdmissionCheck {name}: set Active=True")
+                prefix = "(dry-run) " if self.dry_run else ""
+                remember(self.ctx, f"{prefix}AdmissionCheck {name}: set Active=True")
 
     async def _write(self, d: AdmissionDecision, now: float) -> WriteOutcome:
         async with self._sem:
             try:
-                return await self.writer.set_check_state(d, now)
+                return await self.writer.set_check_state(shadow(d) if self.dry_run else d, now)
             except Exception as exc:  # never let one workload break the pass
                 log.exception("writing %s for %s failed", d.state, d.workload)
                 return WriteOutcome("error", type(exc).__name__)
@@ -113,17 +159,22 @@ class AdmissionReconciler:
             if d.state == CHECK_RETRY and outcome.result != "unchanged" and self.history.get(d.workload):
                 self.history[d.workload] -= 1
             return
+        mode = "dry_run" if self.dry_run else "live"
         if d.state is not None:
             self.ctx.counters.admission_decisions.labels(
-                cluster_queue=d.cluster_queue or "", state=d.state, reason=d.reason).inc()
+                cluster_queue=d.cluster_queue or "", state=d.state, reason=d.reason, mode=mode).inc()
             if d.quota_reserved_at is not None:
                 self.ctx.counters.admission_decision_seconds.observe(max(0.0, now - d.quota_reserved_at))
-        ref = ObjectRef("kueue.x-k8s.io/v1beta2", "Workload", d.namespace, d.name, d.uid)
-        etype = "Normal" if d.state == CHECK_READY else "Warning"
-        self.writer.post_event(ref, etype, d.reason, f"{d.check}: {d.state or 'Pending'}: {d.message}", now)
-        line = f"{d.workload} [{d.cluster_queue}] {d.state or 'Pending'} {d.reason}: {d.message}"
-        if outcome.result == "dry_run":
-            line = "(dry-run) " + line
+        ref = ObjectRef("kueue.x-k8s.io/v1beta2", "Workload", d.namespace, d.name, d.uid, d.resource_version)
+        if self.dry_run:
+            self.writer.post_event(ref, "Normal", d.reason, f"{d.check}: {shadow_message(d)}", now)
+            line = f"(dry-run) {d.workload} [{d.cluster_queue}] would {would(d)} {d.reason}: {d.message}"
+        else:
+            etype = "Normal" if d.state == CHECK_READY else "Warning"
+            self.writer.post_event(ref, etype, d.reason, f"{d.check}: {d.state or 'Pending'}: {d.message}", now)
+            line = f"{d.workload} [{d.cluster_queue}] {d.state or 'Pending'} {d.reason}: {d.message}"
+            if outcome.result == "dry_run":  # no API client: decided, nothing written
+                line = "(dry-run) " + line
         remember(self.ctx, line)
         log.info("admission %s", line)
 

@@ -12,6 +12,13 @@ counted every pass); an Event on the RayCluster for every write and every new ho
 (Warning for stale signals, infeasible demand and ``NotScalableUnderKueue``, Normal otherwise);
 malformed annotations give a Warning ``MalformedAnnotation`` Event once per distinct text.
 Published: ``desired_replicas`` and ``idle_gpus`` per group, decision lines for the TUI.
+
+Dry-run (``writer.dry_run``): nothing is written (``patch_group`` is not called).  Each would-be
+write is reported once per change of the decision (not every pass, although the cluster never
+catches up): ``scale_decisions_total{mode="dry_run"}``, a Normal Event "would scale down 3->1
+(dry-run): ..." and a ``(dry-run)`` decision line.  The group's history keeps the observations but
+not the unwritten change, as after a refused write, so the would-be decisions follow the cluster as
+it is rather than one the live controller would have made.
 """
 
 from __future__ import annotations
@@ -115,8 +122,11 @@ class ScalingReconciler:
             self.ctx.published.idle_gpus[gk] = d.idle_gpus
             outcome = WriteOutcome("unchanged")
             if d.write != "none":
-                outcome = await self.writer.patch_group(d, index[d.group], now)
-                if outcome.result not in ("written", "dry_run"):
+                if self.dry_run:
+                    outcome = WriteOutcome("dry_run")
+                else:
+                    outcome = await self.writer.patch_group(d, index[d.group], now)
+                if outcome.result != "written":
                     # not written: keep the new observations, forget the change that did not happen
                     old = previous.get(d.group, GroupHistory())
                     new = history[d.group]
@@ -129,21 +139,30 @@ class ScalingReconciler:
 
     def _explain(self, d: GroupDecision, outcome: WriteOutcome, ref: ObjectRef, now: float) -> None:
         sig = (d.direction, d.reason, d.desired, d.infeasible)
-        wrote = outcome.result in ("written", "dry_run")
+        wrote = outcome.result == "written"
+        would = outcome.result == "dry_run"
         changed = self._last.get(d.key) != sig
         self._last[d.key] = sig
+        # a dry-run never writes, so its would-be write comes back every pass: report it on change only
         if not (wrote or changed) or outcome.result in ("conflict", "error"):
             return
+        mode = "dry_run" if self.dry_run else "live"
         self.ctx.counters.scale_decisions.labels(namespace=d.namespace, raycluster=d.cluster, group=d.group,
-                                                 direction=d.direction, reason=d.reason).inc()
-        if not wrote and d.reason in _QUIET_REASONS and not d.infeasible:
+                                                 direction=d.direction, reason=d.reason, mode=mode).inc()
+        if not (wrote or would) and d.reason in _QUIET_REASONS and not d.infeasible:
             return
         message = d.message + (f"; infeasible: {'; '.join(d.infeasible)}" if d.infeasible else "")
-        etype = "Warning" if (d.reason in _WARNING_REASONS or (d.infeasible and not wrote)) else "Normal"
-        self.writer.post_event(ref, etype, d.reason, f"group {d.group}: {message}", now)
-        line = f"{d.namespace}/{d.cluster}/{d.group} {d.direction} {d.current}->{d.desired} {d.reason}: {message}"
-        if outcome.result == "dry_run":
-            line = "(dry-run) " + line
+        if would:
+            what = (f"would scale {d.direction} {d.current}->{d.desired}" if d.direction != "hold"
+                    else f"would patch {d.write.replace('_', '/')}")
+            self.writer.post_event(ref, "Normal", d.reason, f"group {d.group}: {what} (dry-run): {message}", now)
+            line = f"(dry-run) {d.namespace}/{d.cluster}/{d.group} {what} {d.reason}: {message}"
+        else:
+            etype = "Warning" if (d.reason in _WARNING_REASONS or (d.infeasible and not wrote)) else "Normal"
+            prefix = "(dry-run) " if self.dry_run else ""
+            self.writer.post_event(ref, etype, d.reason, f"group {d.group}: {prefix}{message}", now)
+            line = f"{prefix}{d.namespace}/{d.cluster}/{d.group} {d.direction} {d.current}->{d.desired} " \
+                   f"{d.reason}: {message}"
         remember(self.ctx, line)
         log.info("scaling %s", line)
 

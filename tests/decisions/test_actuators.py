@@ -151,7 +151,7 @@ async def test_a_failed_status_write_is_counted_and_gives_back_the_promise(fake_
     assert rec.ledger.reservations == {}  # nothing promised that was not written
     assert ctx.registry.get_sample_value("queuepilot_admission_decisions_total",
                                          {"cluster_queue": "cq-a", "state": "Ready",
-                                          "reason": R.CAPACITY_CONFIRMED}) is None
+                                          "reason": R.CAPACITY_CONFIRMED, "mode": "live"}) is None
     await rec.reconcile(world.snapshot(T0 + 2), T0 + 2)  # the next pass succeeds
     assert world.check_entry("w")["state"] == "Ready"
     await rec.close()

@@ -73,9 +73,9 @@ async def test_gpu_fails_between_two_admissions(fake_api, world, make_ctx):
     assert not [r for r in fake_api.requests if r.resource == "workloads" and r.verb == "patch"]
     reg = ctx.registry
     assert sample(reg, "queuepilot_admission_decisions_total",
-                  {"cluster_queue": "cq-a", "state": "Retry", "reason": R.INSUFFICIENT_GPUS}) == 1
+                  {"cluster_queue": "cq-a", "state": "Retry", "reason": R.INSUFFICIENT_GPUS, "mode": "live"}) == 1
     assert sample(reg, "queuepilot_admission_decisions_total",
-                  {"cluster_queue": "cq-a", "state": "Ready", "reason": R.CAPACITY_CONFIRMED}) == 1
+                  {"cluster_queue": "cq-a", "state": "Ready", "reason": R.CAPACITY_CONFIRMED, "mode": "live"}) == 1
     await rec.events.drain()
     evs = events(fake_api)
     assert ("w1", "Normal", R.CAPACITY_CONFIRMED) in [e[:3] for e in evs]
@@ -161,7 +161,7 @@ async def test_idle_team_scaled_down_while_another_team_waits(fake_api, world, m
     assert g["scaleStrategy"]["workersToDelete"] == [] and g["replicas"] == 1  # cleared by us
     assert sample(ctx.registry, "queuepilot_scale_decisions_total", {
         "namespace": "team-a", "raycluster": "rc", "group": "gpu", "direction": "down",
-        "reason": R.IDLE_WORKERS_QUEUE_PRESSURE}) == 1
+        "reason": R.IDLE_WORKERS_QUEUE_PRESSURE, "mode": "live"}) == 1
     assert ctx.published.idle_gpus[("team-a", "rc", "gpu")] == 0
     await rec.events.drain()
     assert any(e[2] == R.IDLE_WORKERS_QUEUE_PRESSURE and "team-b/waiting" in e[3] for e in events(fake_api))
@@ -217,25 +217,97 @@ async def test_ray_autoscaler_writing_the_same_cluster(fake_api, world, make_ctx
     await rec.close()
 
 
-async def test_build_reconcilers_share_events_and_dry_run_writes_nothing(fake_api, world, make_ctx):
-    base_world(world)
-    world.add(k.workload("w1"), k.ray_cluster("rc", replicas=1), k.worker_pod("rc", "rc-gpu-0"))
+def patches(fake_api, resource):
+    return [r for r in fake_api.requests if r.resource == resource and r.method in ("PATCH", "PUT", "POST")]
+
+
+async def test_dry_run_is_a_shadow_kueue_admits_as_without_us(fake_api, world, make_ctx):
+    """--dry-run: the check is set Active, every check Ready at once with the live decision in its
+    message, a Normal Event per decision, counters with mode=dry_run, and no RayCluster write."""
+    world.add(k.flavor("a100"), k.cluster_queue("cq-a", {"a100": 64}), k.local_queue("lq-a", "team-a", "cq-a"),
+              k.admission_check(active=None), k.node("n0"), k.node("n1"),
+              k.ray_cluster("rc", replicas=1), k.worker_pod("rc", "rc-gpu-0", node_name="n1"),  # free: 8, 7
+              k.workload("w1"), k.workload("w2"), k.workload("huge", pod_sets=(("main", 1, 16),)))
     world.reserve("w1", "cq-a", {"main": "a100"}, T0)
+    world.reserve("w2", "cq-a", {"main": "a100"}, T0 + 1)
+    world.reserve("huge", "cq-a", {"main": "a100"}, T0 + 2)
     world.ray_demand["team-a/rc"] = (k.RayDemand(kind="task", shape=k.frozen_map({"GPU": 1.0}), count=2),)
     ctx = make_ctx(dry_run=True)
-    recs = build_reconcilers(ctx)
-    assert [r.name for r in recs] == ["admission", "scaling"]
-    assert recs[0].events is recs[1].events
-    fake_api.clear_requests()
-    for r in recs:
-        await r.reconcile(world.snapshot(T0 + 1), T0 + 1)
-    assert not [r for r in fake_api.requests if r.method not in ("GET",)]
-    assert world.check_entry("w1")["state"] == "Pending"
-    assert sample(ctx.registry, "queuepilot_writes_total", {"resource": "workloads/status", "verb": "patch"}) == 1
-    assert sample(ctx.registry, "queuepilot_writes_total", {"resource": "rayclusters", "verb": "patch"}) == 1
-    assert any(line.startswith("(dry-run) team-a/w1") for line in ctx.published.last_decisions)
-    assert ctx.published.desired_replicas[("team-a", "rc", "gpu")] == 3
+    adm, scale = build_reconcilers(ctx)
+    assert adm.events is scale.events
+    for r in (adm, scale):
+        await r.reconcile(world.snapshot(T0 + 3), T0 + 3)
+    # Kueue keeps admitting: the check is Active and every workload's check is Ready
+    ac = world.get("AdmissionCheck", k.CHECK)
+    assert [(c["type"], c["status"]) for c in ac["status"]["conditions"]] == [("Active", "True")]
+    entries = {n: world.check_entry(n) for n in ("w1", "w2", "huge")}
+    assert {n: e["state"] for n, e in entries.items()} == {"w1": "Ready", "w2": "Ready", "huge": "Ready"}
+    assert entries["w1"]["message"].startswith("dry-run: would Ready: 8 healthy GPUs reserved")
+    assert entries["w2"]["message"] == ("dry-run: would Retry: needs 1 pod x 8 GPUs (main) on flavor a100; "
+                                        "largest free healthy blocks: 7 (7 free, 8 promised, 0 unhealthy); "
+                                        "retry in 30s")
+    assert entries["huge"]["message"].startswith("dry-run: would Rejected: ")
+    assert "requeueAfterSeconds" not in entries["w2"]
+    assert sorted(world.kueue_react(T0 + 4)) == [("huge", "admitted"), ("w1", "admitted"), ("w2", "admitted")]
+    # no RayCluster write; the would-be scale-up is an Event, a line and a counter
+    assert patches(fake_api, "rayclusters") == []
+    assert world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+    assert [o.result for _, o in scale.outcomes] == ["dry_run"]
+    await adm.events.drain()
+    evs = events(fake_api)
+    wl_events = sorted(e for e in evs if e[0] in ("w1", "w2", "huge"))
+    assert [(e[0], e[1], e[2]) for e in wl_events] == [
+        ("huge", "Normal", R.POD_LARGER_THAN_NODE), ("w1", "Normal", R.CAPACITY_CONFIRMED),
+        ("w2", "Normal", R.INSUFFICIENT_GPUS)]
+    assert all(e[3] == f"{k.CHECK}: {entries[e[0]]['message']}" for e in wl_events)
+    rc_events = [e for e in evs if e[0] == "rc"]
+    assert [(e[1], e[2]) for e in rc_events] == [("Normal", R.PENDING_DEMAND)]
+    assert rc_events[0][3].startswith("group gpu: would scale up 1->3 (dry-run): ")
+    reg = ctx.registry
+    for state, reason in (("Ready", R.CAPACITY_CONFIRMED), ("Retry", R.INSUFFICIENT_GPUS),
+                          ("Rejected", R.POD_LARGER_THAN_NODE)):
+        labels = {"cluster_queue": "cq-a", "state": state, "reason": reason}
+        assert sample(reg, "queuepilot_admission_decisions_total", {**labels, "mode": "dry_run"}) == 1
+        assert sample(reg, "queuepilot_admission_decisions_total", {**labels, "mode": "live"}) == 0
+    scale_labels = {"namespace": "team-a", "raycluster": "rc", "group": "gpu", "direction": "up",
+                    "reason": R.PENDING_DEMAND}
+    assert sample(reg, "queuepilot_scale_decisions_total", {**scale_labels, "mode": "dry_run"}) == 1
+    assert any(line.startswith("(dry-run) team-a/w2 [cq-a] would Retry") for line in ctx.published.last_decisions)
+    assert any(line.startswith("(dry-run) team-a/rc/gpu would scale up 1->3") for line in ctx.published.last_decisions)
+    # the ledger holds only what the live controller would have promised (w1), not the forced Readies
     assert ctx.published.reserved_gpus == {"a100": 8}
+    # the would-be scale-up comes back every pass (nothing changed): reported once, never written
+    fake_api.clear_requests()
+    await scale.reconcile(world.snapshot(T0 + 10), T0 + 10)
+    assert patches(fake_api, "rayclusters") == []
+    assert sample(reg, "queuepilot_scale_decisions_total", {**scale_labels, "mode": "dry_run"}) == 1
+    await scale.events.drain()
+    assert len([e for e in events(fake_api) if e[0] == "rc"]) == 1
+    assert_rbac(fake_api)
+    await adm.close()
+
+
+async def test_dry_run_ledger_rebuild_leaves_forced_readies_out(fake_api, world, make_ctx):
+    """A new leader in dry-run rebuilds the ledger from Ready checks: the ones a dry-run forced
+    (would-be Retry) must not hold GPUs, or later would-be decisions see phantom promises."""
+    base_world(world)
+    world.add(k.pod("busy", "team-b", "n1", 1), k.workload("w1"), k.workload("w2"), k.workload("w3"))
+    world.reserve("w1", "cq-a", {"main": "a100"}, T0)
+    world.reserve("w2", "cq-a", {"main": "a100"}, T0 + 1)
+    first = AdmissionReconciler(make_ctx(dry_run=True))
+    await first.reconcile(world.snapshot(T0 + 2), T0 + 2)
+    assert world.check_entry("w2")["message"].startswith("dry-run: would Retry")
+    world.kueue_react(T0 + 3)
+    fake_api.delete("v1", "Pod", "busy", "team-b")  # n1 is all free now
+    world.reserve("w3", "cq-a", {"main": "a100"}, T0 + 4)
+    second = AdmissionReconciler(make_ctx(dry_run=True))  # leader handover: the ledger is rebuilt
+    await second.reconcile(world.snapshot(T0 + 5), T0 + 5)
+    # w1's promise (n0) is rebuilt; w2's forced Ready is not, so w3 would get n1
+    assert world.check_entry("w3")["message"].startswith("dry-run: would Ready: 8 healthy GPUs reserved (a100: n1 8)")
+    assert second.ledger.promised_by_flavor() == {"a100": 16}
+    assert set(second.ledger.reservations) == {"team-a/w1", "team-a/w3"}
+    await first.close()
+    await second.close()
 
 
 async def test_event_driven_in_the_real_controller_loop(fake_api, world):
