@@ -2,36 +2,55 @@
 
 One ``Engine`` runs one policy over one workload: a heap of timed events (arrivals, task phases,
 worker start-ups, RayJob ends, GPU failures and repairs, Kueue scheduling passes, control ticks),
-a seeded ``random.Random`` for everything random, and no wall clock.  Policy decisions run at a
-fixed control interval (scaling) and at Kueue passes (admission), never per event.
+a seeded ``random.Random`` for everything random, and no wall clock.
+
+queuepilot's parts are the controller's own reconcilers (``build_reconcilers``), with a
+``SimWriter`` underneath that applies their writes to the simulated Kueue / KubeRay state: ledger,
+reservation timeout, history rollback, counters, Events and explanations are the deployed
+controller's.  They run as the controller runs them: a full pass (admission, then scaling) at
+every control tick (the controller's resync), and an admission pass right after each Kueue pass
+that left a workload with its check Pending (the controller's event-driven pass).  The engine
+drives them from one asyncio event loop per run.
 
 A *policy* is an admission mode and a worker-group scaler (docs/simulation.md, "Policies"):
 
-==============  ==========================================  =====================================
-policy          admission                                   RayCluster worker groups
-==============  ==========================================  =====================================
-queuepilot      AdmissionCheck -> ``decide_admissions``     ``decide_scaling`` (the controller's)
-kueue-quota     Kueue quota alone, no admission check       ``decide_scaling``
-static          AdmissionCheck -> ``decide_admissions``     fixed replicas
-hpa             AdmissionCheck -> ``decide_admissions``     HPA on GPU utilization
-ray-idle        AdmissionCheck -> ``decide_admissions``     Ray autoscaler, 60 s idle timeout
-keda            AdmissionCheck -> ``decide_admissions``     KEDA on queue length
-oracle          AdmissionCheck -> ``decide_admissions``     clairvoyant
-==============  ==========================================  =====================================
+==================  ==========================================  =====================================
+policy              admission                                   RayCluster worker groups
+==================  ==========================================  =====================================
+queuepilot          AdmissionCheck -> ``AdmissionReconciler``   ``ScalingReconciler`` (the controller's)
+queuepilot-reclaim  AdmissionCheck -> ``AdmissionReconciler``   ``ScalingReconciler``, idle-actor reclaim
+kueue-quota         Kueue quota alone, no admission check       ``ScalingReconciler``
+static              AdmissionCheck -> ``AdmissionReconciler``   fixed replicas
+hpa                 AdmissionCheck -> ``AdmissionReconciler``   HPA on GPU utilization
+ray-idle            AdmissionCheck -> ``AdmissionReconciler``   Ray autoscaler, 60 s idle timeout
+keda                AdmissionCheck -> ``AdmissionReconciler``   KEDA on queue length
+oracle              AdmissionCheck -> ``AdmissionReconciler``   clairvoyant
+==================  ==========================================  =====================================
 
 Each baseline swaps exactly one part of queuepilot, so a difference in the table is that part's.
+A baseline scaler is handed one ``GroupView`` per team (built here), never the engine.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from autoscaler.controller.admission import AdmissionReconciler
+from autoscaler.controller.context import ControllerContext
+from autoscaler.controller.counters import ControllerCounters
+from autoscaler.controller.reconcilers import build_reconcilers
+from autoscaler.controller.scaling import ScalingReconciler
+from autoscaler.core.snapshot import CHECK_PENDING, CHECK_READY, ClusterSnapshot
 from simulator.baselines import (
     GroupView,
     HpaScaler,
@@ -57,8 +76,9 @@ from simulator.kueue import (
 )
 from simulator.metrics import IDLE_UTIL, RunMetrics
 from simulator.ray import SimRayCluster, SimWorker
-from simulator.snapshot import POD_SET, SnapshotBuilder
+from simulator.snapshot import CHECK_NAME, POD_SET, SnapshotBuilder
 from simulator.workload import TASK, Job, team_gpu_shares
+from simulator.writer import SimWriter
 
 POLICIES: tuple[str, ...] = ("queuepilot", "queuepilot-reclaim", "static", "hpa", "ray-idle", "keda", "kueue-quota",
                              "oracle")
@@ -84,57 +104,42 @@ class SimConfig:
 
 
 # ------------------------------------------------------------------------------------- policies
-class Admission(Protocol):
-    with_check: bool
-
-    def decide(self, engine: Engine, now: float) -> list[tuple[SimWorkload, str | None, str, str, int | None,
-                                                                dict[str, dict[str, int]]]]:
-        """(workload, state Ready|Retry|Rejected|None, reason, message, requeue_after, placement) per decision."""
-        ...
-
-
-class QuotaOnly:
-    """Kueue without an admission check: quota reservation is admission."""
-
-    with_check = False
-
-    def decide(self, engine: Engine, now: float) -> list:
-        return []
-
-
-class GroupScaling(Protocol):
-    def decide(self, engine: Engine, now: float) -> dict[str, ScaleAction]: ...
-
-
 @dataclass
 class PerGroupScaling:
-    """A baseline ``Scaler`` per team RayCluster, each fed a ``GroupView``."""
+    """A baseline ``Scaler`` per team RayCluster, each handed that team's ``GroupView``."""
 
     scalers: dict[str, Scaler]
 
-    def decide(self, engine: Engine, now: float) -> dict[str, ScaleAction]:
-        return {team: s.decide(engine.group_view(team, now)) for team, s in self.scalers.items()}
+    def decide(self, views: Mapping[str, GroupView]) -> dict[str, ScaleAction]:
+        return {team: s.decide(views[team]) for team, s in self.scalers.items()}
 
 
 @dataclass
 class Policy:
+    """Which parts run: the admission check (``with_check``; decided by the controller's
+    ``AdmissionReconciler``) and either the controller's ``ScalingReconciler`` (``scaling``) or a
+    baseline (``baseline``)."""
+
     name: str
-    admission: Admission
-    scaling: GroupScaling
+    with_check: bool
+    settings: dict[str, Any] = field(default_factory=dict)
+    baseline: PerGroupScaling | None = None
+
+    @property
+    def queuepilot_scaling(self) -> bool:
+        return self.baseline is None
 
 
-def make_policy(name: str, engine: Engine) -> Policy:
-    """The named policy (``POLICIES``) bound to ``engine``'s teams."""
-    from simulator import queuepilot as qp
-    teams = engine.cfg.teams
+def make_policy(name: str, teams: Sequence[str], static_replicas: Callable[[str], int]) -> Policy:
+    """The named policy (``POLICIES``) for ``teams``; ``static_replicas(team)`` sizes ``static``."""
     if name == "queuepilot":
-        return Policy(name, qp.QueuepilotAdmission(), qp.QueuepilotScaling())
+        return Policy(name, True)
     if name == "queuepilot-reclaim":  # the config's scaling.reclaim_idle_actors: true
-        return Policy(name, qp.QueuepilotAdmission(), qp.QueuepilotScaling(qp.reclaiming_defaults()))
+        return Policy(name, True, {"scaling": {"reclaim_idle_actors": True}})
     if name == "kueue-quota":
-        return Policy(name, QuotaOnly(), qp.QueuepilotScaling())
+        return Policy(name, False)
     factories: dict[str, Callable[[str], Scaler]] = {
-        "static": lambda t: StaticScaler(engine.static_replicas(t)),
+        "static": lambda t: StaticScaler(static_replicas(t)),
         "hpa": lambda t: HpaScaler(),
         "ray-idle": lambda t: RayIdleScaler(),
         "keda": lambda t: KedaScaler(),
@@ -142,7 +147,7 @@ def make_policy(name: str, engine: Engine) -> Policy:
     }
     if name not in factories:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
-    return Policy(name, qp.QueuepilotAdmission(), PerGroupScaling({t: factories[name](t) for t in teams}))
+    return Policy(name, True, baseline=PerGroupScaling({t: factories[name](t) for t in teams}))
 
 
 # --------------------------------------------------------------------------------------- engine
@@ -155,11 +160,18 @@ class _Event:
 
 
 class Engine:
-    """The simulated cluster under one policy. ``run()`` returns the ``RunMetrics``."""
+    """The simulated cluster under one policy. ``run()`` returns the ``RunMetrics``.
+
+    ``drive_reconcilers=False``: the queuepilot reconcilers are run by somebody else over
+    ``writer`` (the demo's ``Controller``); the engine then only simulates Kueue, KubeRay, Ray
+    and the GPUs.  ``context`` holds the reconcilers' counters and published values.
+    """
 
     def __init__(self, jobs: Sequence[Job], window_s: float, policy: str, cfg: SimConfig | None = None,
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float], None] | None = None, *, drive_reconcilers: bool = True) -> None:
         self.cfg = cfg or SimConfig()
+        if self.cfg.control_interval_s <= 0:
+            raise ValueError("control_interval_s must be > 0")
         self.jobs = jobs
         self.window_s = window_s
         self.progress = progress
@@ -191,15 +203,29 @@ class Engine:
         self.run_start: dict[str, float] = {}  # workload name -> when its pods were bound
         self._started: set[int] = set()
         self._pass_at: float | None = None
-        self.last_decisions: deque[str] = deque(maxlen=50)
-        self.decision_log: list[tuple[float, str, str, str, str]] = []  # (t, kind, object, state/dir, reason)
+        self.last_decisions: deque[str] = deque(maxlen=50)  # baseline scale changes (queuepilot's: published)
         self.policy_name = policy
-        self.policy = make_policy(policy, self)
-        self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.admission.with_check)
-        if isinstance(self.policy.scaling, PerGroupScaling):
-            for t, s in self.policy.scaling.scalers.items():
-                if isinstance(s, StaticScaler):
-                    self.rays[t].replicas = min(s.replicas, self.rays[t].max_replicas)
+        self.policy = make_policy(policy, self.cfg.teams, self.static_replicas)
+        self.checks_active: dict[str, bool] = {CHECK_NAME: False} if self.policy.with_check else {}
+        self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.with_check)
+        # the controller's reconcilers, acting on this world through a SimWriter
+        registry = CollectorRegistry()
+        counters = ControllerCounters(registry)
+        self.writer = SimWriter(self, counters)
+        self.context = ControllerContext(api_client=None, registry=registry, counters=counters,
+                                         settings=dict(self.policy.settings), writer=self.writer)
+        self.admission: AdmissionReconciler | None = None
+        self.scaling: ScalingReconciler | None = None
+        self.drive_reconcilers = drive_reconcilers
+        for r in build_reconcilers(self.context):
+            if isinstance(r, AdmissionReconciler) and self.policy.with_check:
+                self.admission = r
+            elif isinstance(r, ScalingReconciler) and self.policy.queuepilot_scaling:
+                self.scaling = r
+        if self.policy.baseline is not None:
+            for t, sc in self.policy.baseline.scalers.items():
+                if isinstance(sc, StaticScaler):
+                    self.rays[t].replicas = min(sc.replicas, self.rays[t].max_replicas)
 
     # -------------------------------------------------------------------------------- helpers
     def push(self, t: float, kind: str, data: Any = None) -> None:
@@ -219,8 +245,6 @@ class Engine:
         return max(1, math.ceil(busy / max(1.0, self.window_s)))
 
     def arrivals_within(self, team: str, start: float, end: float) -> int:
-        import bisect
-
         a = self._task_arrivals[team]
         return bisect.bisect_left(a, end) - bisect.bisect_right(a, start)
 
@@ -234,8 +258,73 @@ class Engine:
         return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue),
                          rc.startup_s, self.arrivals_within(team, now, now + rc.startup_s))
 
-    def snapshot(self, now: float):
-        return self.snapshots.build(now, self.workloads.values(), self.rays.values())
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        return self.snapshots.build(now, self.workloads.values(), self.rays.values(), self.checks_active)
+
+    # ------------------------------------------------------- the SimWorld the SimWriter acts on
+    def find_workload(self, namespace: str, name: str) -> SimWorkload | None:
+        w = self.workloads.get(name)
+        return w if w is not None and w.namespace == namespace else None
+
+    def find_ray_cluster(self, namespace: str, name: str) -> SimRayCluster | None:
+        rc = self.rays.get(namespace)
+        return rc if rc is not None and rc.name == name else None
+
+    def check_exists(self, name: str) -> bool:
+        return name in self.checks_active
+
+    def kueue_activate_check(self, name: str) -> None:
+        """Kueue: a ClusterQueue whose AdmissionCheck is not Active reserves no quota."""
+        if not self.checks_active.get(name):
+            self.checks_active[name] = True
+            self.snapshots.checks_changed()
+            self.request_pass()
+
+    def kueue_check_message(self, w: SimWorkload, message: str) -> None:
+        w.check_message = message
+        w.version += 1
+
+    def kueue_check_ready(self, w: SimWorkload, message: str, placement: Mapping[str, Mapping[str, int]]) -> None:
+        """Kueue: every check Ready -> Admitted; the pods are created and bound (where planned)."""
+        w.check_state = CHECK_READY
+        w.check_message = message
+        w.check_changed_at = self.now
+        self._admit(w, {ps: dict(nodes) for ps, nodes in placement.items()})
+
+    def kueue_check_retry(self, w: SimWorkload, message: str, requeue_after: float) -> None:
+        """Kueue: Retry -> evicted, quota released, requeued after ``requeueAfterSeconds``."""
+        self.metrics.retries += 1
+        w.check_message = message
+        self.kueue.requeue(w, self.now, requeue_after)
+        self.request_pass(w.backoff_until)
+
+    def kueue_check_rejected(self, w: SimWorkload, message: str) -> None:
+        """Kueue: Rejected -> deactivated (``spec.active: false``), quota released."""
+        self.metrics.rejected += 1
+        self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
+        w.check_message = message
+        w.state = INACTIVE
+        w.version += 1
+        self.workloads.pop(w.name, None)
+        self.snapshots.forget(w)
+
+    def kuberay_patch(self, rc: SimRayCluster, *, replicas: int | None, workers_to_delete: tuple[str, ...] | None,
+                      min_replicas: int | None, max_replicas: int | None, reason: str) -> None:
+        """The RayCluster spec as patched, then KubeRay's operator reconciles the workers at once."""
+        before = (rc.min_replicas, rc.max_replicas, rc.replicas, rc.workers_to_delete)
+        if min_replicas is not None:
+            rc.min_replicas = min_replicas
+        if max_replicas is not None:
+            rc.max_replicas = max_replicas
+        if replicas is not None:
+            self.metrics.record_scale(rc.team, self.now, rc.replicas, replicas)
+            rc.replicas = replicas
+        if workers_to_delete is not None:
+            rc.workers_to_delete = list(workers_to_delete)
+        if (rc.min_replicas, rc.max_replicas, rc.replicas, rc.workers_to_delete) != before:
+            rc.version += 1  # a patch that changes nothing leaves the resourceVersion as it was
+        self._reconcile_workers(rc)
+        self._assign(rc)
 
     # ---------------------------------------------------------------------------------- run
     def start(self) -> None:
@@ -247,28 +336,38 @@ class Engine:
             self._schedule_failure(0.0)
         self.push(0.0, "tick")
 
-    def advance(self, until: float) -> None:
+    async def _dispatch(self, ev: _Event) -> None:
+        self.now = ev.t
+        if ev.kind == "tick":
+            await self._on_tick()
+        elif ev.kind == "pass":
+            await self._on_pass()
+        else:
+            getattr(self, "_on_" + ev.kind)(ev.data)
+
+    async def advance(self, until: float) -> None:
         """Process every event up to ``until`` (simulated seconds); the demo steps the world with it."""
         while self.heap and self.heap[0].t <= until:
-            ev = heapq.heappop(self.heap)
-            self.now = ev.t
-            getattr(self, "_on_" + ev.kind)(ev.data)
+            await self._dispatch(heapq.heappop(self.heap))
         self.now = max(self.now, until)
 
     def run(self) -> RunMetrics:
+        """The whole window on one event loop (``asyncio.run``): the reconcilers are coroutines."""
+        return asyncio.run(self.arun())
+
+    async def arun(self) -> RunMetrics:
         self.start()
         next_progress = 0.0
         while self.heap:
-            ev = heapq.heappop(self.heap)
-            if ev.t > self.window_s:
+            if self.heap[0].t > self.window_s:
                 break
-            self.now = ev.t
-            getattr(self, "_on_" + ev.kind)(ev.data)
+            await self._dispatch(heapq.heappop(self.heap))
             if self.progress is not None and self.now >= next_progress:
                 self.progress(self.now)
                 next_progress = self.now + 3600.0
         self.now = self.window_s
         self._finish()
+        await self.writer.close()
         if self.progress is not None:
             self.progress(self.window_s)
         return self.metrics
@@ -385,18 +484,19 @@ class Engine:
         self.request_pass()
 
     # ---------------------------------------------------------------------------- Kueue pass
-    def _on_pass(self, _: Any) -> None:
+    async def _on_pass(self) -> None:
         self._pass_at = None
         now = self.now
-        for w in self.kueue.schedule(now, (self.cfg.flavor,)):
-            if self.policy.admission.with_check:
-                w.check_state = "Pending"
-                w.check_changed_at = now
-            else:
-                self._admit(w)
-        if self.policy.admission.with_check and any(w.state == RESERVED for w in self.workloads.values()):
-            for w, state, reason, message, after, placement in self.policy.admission.decide(self, now):
-                self._apply_admission(w, state, reason, message, after, placement)
+        if not self.policy.with_check or all(self.checks_active.values()):
+            for w in self.kueue.schedule(now, (self.cfg.flavor,)):
+                if self.policy.with_check:
+                    w.check_state = CHECK_PENDING
+                    w.check_changed_at = now
+                else:
+                    self._admit(w)
+        if self.admission is not None and self.drive_reconcilers \
+                and any(w.state == RESERVED for w in self.workloads.values()):
+            await self.admission.reconcile(self.snapshot(now), now)
         if self.unplaced:
             still = []
             for w in self.unplaced:
@@ -407,29 +507,6 @@ class Engine:
             nxt = min((w.backoff_until for w in self.kueue.pending if w.backoff_until > now), default=None)
             if nxt is not None:
                 self.request_pass(nxt)
-
-    def _apply_admission(self, w: SimWorkload, state: str | None, reason: str, message: str,
-                         after: int | None, placement: dict[str, dict[str, int]]) -> None:
-        if state is None or w.state != RESERVED:
-            return
-        self.last_decisions.append(f"{w.namespace}/{w.name}: {state} {reason}: {message}")
-        self.decision_log.append((self.now, "admission", f"{w.namespace}/{w.name}", state, reason))
-        if state == "Ready":
-            w.check_state = "Ready"
-            w.check_message = message
-            w.check_changed_at = self.now
-            self._admit(w, placement)
-        elif state == "Retry":
-            self.metrics.retries += 1
-            self.kueue.requeue(w, self.now, float(after or 0))
-            self.request_pass(w.backoff_until)
-        elif state == "Rejected":
-            self.metrics.rejected += 1
-            self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
-            w.state = INACTIVE
-            w.version += 1
-            self.workloads.pop(w.name, None)
-            self.snapshots.forget(w)
 
     def _admit(self, w: SimWorkload, placement: dict[str, dict[str, int]] | None = None) -> None:
         w.state = ADMITTED
@@ -491,24 +568,24 @@ class Engine:
         self.request_pass()
 
     # --------------------------------------------------------------------------------- tick
-    def _on_tick(self, _: Any) -> None:
+    async def _on_tick(self) -> None:
         now = self.now
         dt = self.cfg.control_interval_s
         self._account(dt)
         if now % self.cfg.timeline_interval_s < dt:
             self._sample_timeline()
-        actions = self.policy.scaling.decide(self, now)
-        for team, action in actions.items():
-            rc = self.rays[team]
-            new = max(rc.min_replicas, min(rc.max_replicas, int(action.replicas)))
-            self.metrics.record_scale(team, now, rc.replicas, new)
-            if new != rc.replicas:
-                d = "up" if new > rc.replicas else "down"
-                self.last_decisions.append(f"{rc.namespace}/{rc.name}: {d} {rc.replicas}->{new} {action.reason}")
-                self.decision_log.append((now, "scale", f"{rc.namespace}/{rc.name}", d, action.reason))
-            rc.replicas = new
-            if action.delete:
-                rc.workers_to_delete = list(action.delete)
+        if self.drive_reconcilers and (self.admission is not None or self.scaling is not None):
+            # the controller's resync pass: one snapshot, admission then scaling
+            snap = self.snapshot(now)
+            if self.admission is not None:
+                await self.admission.reconcile(snap, now)
+            if self.scaling is not None:
+                await self.scaling.reconcile(snap, now)
+        if self.policy.baseline is not None:
+            views = {t: self.group_view(t, now) for t in self.policy.baseline.scalers}
+            for team, action in self.policy.baseline.decide(views).items():
+                self._apply_baseline(self.rays[team], action)
+        for rc in self.rays.values():  # the operator's own resync: create what quota or GPUs held back
             self._reconcile_workers(rc)
             self._assign(rc)
         if self.unplaced or any(w.state == RESERVED for w in self.workloads.values()):
@@ -516,6 +593,15 @@ class Engine:
         if self.cfg.check_invariants:
             self.check_invariants()
         self.push(now + dt, "tick")
+
+    def _apply_baseline(self, rc: SimRayCluster, action: ScaleAction) -> None:
+        """A baseline's action is a spec write too: replicas (within min/max) and workersToDelete."""
+        new = max(rc.min_replicas, min(rc.max_replicas, int(action.replicas)))
+        if new != rc.replicas:
+            d = "up" if new > rc.replicas else "down"
+            self.last_decisions.append(f"{rc.namespace}/{rc.name}: {d} {rc.replicas}->{new} {action.reason}")
+        self.kuberay_patch(rc, replicas=new, workers_to_delete=tuple(action.delete) if action.delete else None,
+                           min_replicas=None, max_replicas=None, reason=action.reason)
 
     def usage_now(self) -> tuple[int, float, int]:
         """(allocated GPUs, used GPU-equivalents, allocated GPUs under the idle threshold) now."""
@@ -561,7 +647,7 @@ class Engine:
         pods_expected = 0
         for w in self.workloads.values():
             if w.state == RUNNING:
-                assert w.check_state == "Ready" or not self.policy.admission.with_check, f"{w.name} runs unadmitted"
+                assert w.check_state == CHECK_READY or not self.policy.with_check, f"{w.name} runs unadmitted"
                 assert w.flavor is not None, f"{w.name} runs without quota"
                 pods_expected += w.job.pods
             else:

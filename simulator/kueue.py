@@ -1,6 +1,6 @@
 """Kueue, simulated: ClusterQueues with nominal GPU quotas in a cohort, borrowing, BestEffortFIFO.
 
-What is modelled (research-kueue.md sections a, b): a workload reserves quota when its
+What is modelled (Kueue's scheduler and workload controller): a workload reserves quota when its
 ClusterQueue's nominal quota, or unused quota borrowed from the cohort, covers it
 (``usage + demand <= nominal + borrowingLimit`` and ``cohort usage + demand <= cohort nominal``);
 pending workloads are tried oldest first and one that does not fit does not block younger ones
@@ -65,6 +65,20 @@ class SimWorkload:
     @property
     def gpus(self) -> int:
         return self.job.pods * self.job.gpus_per_pod
+
+    @property
+    def uid(self) -> str:
+        return f"uid-{self.job.id}"
+
+    @property
+    def holds_quota(self) -> bool:
+        """``QuotaReserved=True``: reserved, admitted or running."""
+        return self.state in (RESERVED, ADMITTED, RUNNING)
+
+    @property
+    def inactive(self) -> bool:
+        """``spec.active: false`` (deactivated after Rejected)."""
+        return self.state == INACTIVE
 
 
 class SimKueue:

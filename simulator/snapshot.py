@@ -11,7 +11,7 @@ snapshots.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from autoscaler.core.snapshot import (
     AUTOSCALE_ANNOTATION,
@@ -65,13 +65,28 @@ class SnapshotBuilder:
             f: FlavorState(f, frozen_map({FLAVOR_LABEL: f}), tuple(n.name for n in nodes))
             for f, nodes in cluster.flavors.items()
         })
-        self._checks = frozen_map(
-            {CHECK_NAME: AdmissionCheckObj(CHECK_NAME, CONTROLLER_NAME, True, "1")} if with_check else {}
-        )
+        self._checks = frozen_map()
+        self._checks_key: tuple[tuple[str, bool], ...] | None = None
+        self._checks_version = 0
         self._local_queues = frozen_map({
             f"{q.namespace}/{q.local_queue}": LocalQueueState(q.namespace, q.local_queue, q.name)
             for q in kueue.cqs.values()
         })
+
+    def checks_changed(self) -> None:
+        self._checks_key = None
+
+    def admission_checks(self, active: Mapping[str, bool]) -> Mapping[str, AdmissionCheckObj]:
+        """Our AdmissionChecks with their ``Active`` condition (``active``: name -> Active)."""
+        key = tuple(sorted(active.items()))
+        if key != self._checks_key:
+            self._checks_version += 1
+            self._checks = frozen_map({
+                name: AdmissionCheckObj(name, CONTROLLER_NAME, on, str(self._checks_version))
+                for name, on in active.items()
+            })
+            self._checks_key = key
+        return self._checks
 
     def node_state(self, n: SimNode) -> NodeState:
         cached = self._nodes.get(n.name)
@@ -101,7 +116,7 @@ class SnapshotBuilder:
             (CheckState(CHECK_NAME, w.check_state, w.check_changed_at, w.check_message),) if self.with_check else ()
         )
         state = WorkloadState(
-            namespace=w.namespace, name=w.name, uid=f"uid-{w.job.id}", resource_version=str(w.version),
+            namespace=w.namespace, name=w.name, uid=w.uid, resource_version=str(w.version),
             local_queue="default", cluster_queue=w.cq, created_at=w.created,
             pod_sets=(PodSetSpec(POD_SET, w.job.pods, frozen_map({GPU_RESOURCE: w.job.gpus_per_pod})),),
             quota_reserved=reserved, quota_reserved_at=w.reserved_at if reserved else None,
@@ -152,7 +167,8 @@ class SnapshotBuilder:
     def forget_worker(self, name: str) -> None:
         self._workers.pop(name, None)
 
-    def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster]) -> ClusterSnapshot:
+    def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster],
+              checks_active: Mapping[str, bool]) -> ClusterSnapshot:
         nodes = {n.name: self.node_state(n) for n in self.cluster.nodes}
         cqs = {
             q.name: ClusterQueueState(
@@ -173,6 +189,7 @@ class SnapshotBuilder:
         signals = {"gpu": SignalStatus("gpu", now, SIGNAL_STALE_AFTER_S)}
         return ClusterSnapshot(
             taken_at=now, nodes=frozen_map(nodes), flavors=self._flavors, cluster_queues=frozen_map(cqs),
-            local_queues=self._local_queues, workloads=frozen_map(wls), admission_checks=self._checks,
+            local_queues=self._local_queues, workloads=frozen_map(wls),
+            admission_checks=self.admission_checks(checks_active),
             ray_clusters=frozen_map(rcs), signals=frozen_map(signals),
         )

@@ -37,7 +37,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from autoscaler.controller.collector import ControllerCollector
-from autoscaler.controller.counters import ControllerCounters
 from exporter.server import ExporterApp, parse_listen
 from simulator.demo.world import DemoConfig, DemoWorld
 
@@ -199,11 +198,9 @@ def _hostport(url: str) -> str:
 
 # ------------------------------------------------------------------------------------------ main
 async def run(args: argparse.Namespace) -> int:
-    registry = CollectorRegistry()
-    counters = ControllerCounters(registry)
-    world = DemoWorld(DemoConfig(nodes=args.nodes, speed=args.speed, seed=args.seed), counters)
-    world.warm_up()
-    controller = ControllerEndpoint(world, registry, args.controller_listen)
+    world = DemoWorld(DemoConfig(nodes=args.nodes, speed=args.speed, seed=args.seed))
+    await world.warm_up()
+    controller = ControllerEndpoint(world, world.engine.context.registry, args.controller_listen)
     exporters = [
         ExporterApp(src, listen=listen, hostname=name, interval=1.0)
         for (name, src), listen in zip(world.sources.items(), _exporter_listens(args.exporter_listen, len(world.sources)),
@@ -274,7 +271,7 @@ async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], sto
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 break
-            world.step_to(sim0 + (now - t_real0) * args.speed)
+            await world.step_to(sim0 + (now - t_real0) * args.speed)
             if live is not None:
                 from simulator.demo.view import render
 

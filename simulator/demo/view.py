@@ -78,7 +78,7 @@ def render(world: DemoWorld, urls: list[str]) -> Group:
         ("queuepilot demo ", "bold"),
         f"sim {_clock(e.now)}  x{world.cfg.speed:g}  |  GPUs {e.cluster.total_gpus}: {alloc} allocated, "
         f"{used:.1f} used, {idle} idle-allocated, {e.cluster.unhealthy_gpus()} unhealthy  |  jobs done "
-        f"{m.jobs_completed}, admission {world.admission_counts}, scaling {world.scale_counts}\n",
+        f"{m.jobs_completed}\n",
         ("scrape: " + "  ".join(urls), "dim"),
     )
     return Group(head, _queues(world), _gpus(world), _rays(world), _decisions(world))
@@ -93,4 +93,4 @@ def plain_line(world: DemoWorld) -> str:
     last = world.decisions[-1] if world.decisions else "-"
     return (f"sim {_clock(e.now)} gpus={e.cluster.total_gpus} allocated={alloc} used={used:.1f} idle={idle} "
             f"unhealthy={e.cluster.unhealthy_gpus()} pending_workloads={pend} queued_tasks={tasks} workers={workers} "
-            f"done={e.metrics.jobs_completed} admission={world.admission_counts} | last: {last[:160]}")
+            f"done={e.metrics.jobs_completed} | last: {last[:160]}")

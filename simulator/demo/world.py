@@ -13,20 +13,12 @@ simulated time, and after each step:
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from dataclasses import dataclass, replace
 
-from autoscaler.controller.context import Published
-from autoscaler.controller.counters import ControllerCounters
-from autoscaler.core.policy.admission import AdmissionDecision
-from autoscaler.core.policy.scaling import GroupDecision
-from autoscaler.core.queue_wait import new_admissions
 from autoscaler.core.snapshot import ClusterSnapshot
 from exporter.sample import PodRef
 from exporter.sources.sim import SimSource
 from simulator.engine import Engine, SimConfig
-from simulator.queuepilot import QueuepilotAdmission, QueuepilotScaling
 from simulator.workload import SyntheticParams, synthetic
 
 DEMO_TEAMS = ("team-a", "team-b", "team-c")
@@ -48,7 +40,7 @@ class DemoConfig:
 
 
 class DemoWorld:
-    def __init__(self, cfg: DemoConfig, counters: ControllerCounters | None = None) -> None:
+    def __init__(self, cfg: DemoConfig) -> None:
         self.cfg = cfg
         params = SyntheticParams(jobs_per_hour=cfg.jobs_per_hour, teams=DEMO_TEAMS, team_weights=(0.5, 0.3, 0.2),
                                  gpu_mix=DEMO_GPU_MIX)
@@ -56,25 +48,14 @@ class DemoWorld:
         sim_cfg = replace(SimConfig(), nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, seed=cfg.seed,
                           gpu_failure_rate=cfg.gpu_failure_rate, teams=DEMO_TEAMS, repair_mean_s=1800.0)
         self.engine = Engine(window.jobs, cfg.hours * 3600.0, "queuepilot", sim_cfg)
-        self.counters = counters
-        self.published = Published()
+        self.published = self.engine.context.published
         self.snapshot: ClusterSnapshot | None = None
-        self._prev_snapshot: ClusterSnapshot | None = None
-        self.decisions: deque[str] = deque(maxlen=12)
-        self.admission_counts: dict[str, int] = {}
-        self.scale_counts: dict[str, int] = {}
-        self.epoch = time.time() - cfg.warmup_s  # simulated t=0 as a unix time (labels and ages look real)
         self.sources = {
             n.name: SimSource(n.name, gpus=n.gpus, model="NVIDIA A100-SXM4-80GB", seed=cfg.seed, pods=0,
                               fault_script=())
             for n in self.engine.cluster.nodes
         }
         self._lost: dict[tuple[str, int], bool] = {}
-        self._last_scale: dict[tuple[str, str, str], tuple[str, str]] = {}
-        adm, sc = self.engine.policy.admission, self.engine.policy.scaling
-        assert isinstance(adm, QueuepilotAdmission) and isinstance(sc, QueuepilotScaling)
-        adm.sink = self._on_admissions
-        sc.sink = self._on_scaling
         self.engine.start()
 
     # -------------------------------------------------------------------------------- stepping
@@ -82,57 +63,22 @@ class DemoWorld:
     def sim_now(self) -> float:
         return self.engine.now
 
-    def warm_up(self) -> None:
-        self.step_to(self.cfg.warmup_s)
+    async def warm_up(self) -> None:
+        await self.step_to(self.cfg.warmup_s)
 
-    def step_to(self, sim_t: float) -> None:
+    async def step_to(self, sim_t: float) -> None:
         """Advance the simulation to ``sim_t`` and refresh everything the endpoints and view show."""
-        self.engine.advance(min(sim_t, self.engine.window_s))
-        snap = self.engine.snapshot(self.engine.now)
-        if self.counters is not None:
-            for cq, wait in new_admissions(self._prev_snapshot, snap, not_before=0.0):
-                self.counters.queue_wait.labels(cq).observe(wait)
-        self._prev_snapshot = snap
-        self.snapshot = snap
-        adm = self.engine.policy.admission
-        if isinstance(adm, QueuepilotAdmission):
-            self.published.reserved_gpus = dict(adm.ledger.promised_by_flavor())
-        self.published.last_decisions = list(self.decisions)
+        await self.engine.advance(min(sim_t, self.engine.window_s))
+        self.snapshot = self.engine.snapshot(self.engine.now)
         self._drive_sources()
+
+    @property
+    def decisions(self) -> list[str]:
+        return list(self.published.last_decisions)
 
     @property
     def finished(self) -> bool:
         return self.engine.now >= self.engine.window_s
-
-    # ------------------------------------------------------------------------------ decisions
-    def _on_admissions(self, decisions: list[AdmissionDecision], snap: ClusterSnapshot, now: float) -> None:
-        t0 = time.perf_counter()
-        for d in decisions:
-            if d.state is None:
-                continue
-            self.admission_counts[d.state] = self.admission_counts.get(d.state, 0) + 1
-            self.decisions.append(f"{_clock(now)} admission {d.workload}: {d.state} {d.reason} - {d.message}")
-            if self.counters is not None:
-                self.counters.admission_decisions.labels(d.cluster_queue or "", d.state, d.reason).inc()
-                if d.quota_reserved_at is not None:
-                    self.counters.admission_decision_seconds.observe(max(0.0, now - d.quota_reserved_at))
-        if self.counters is not None:
-            self.counters.reconcile_seconds.labels("admission").observe(time.perf_counter() - t0)
-
-    def _on_scaling(self, decisions: list[GroupDecision], snap: ClusterSnapshot, now: float) -> None:
-        for d in decisions:
-            self.published.desired_replicas[d.key] = d.desired
-            self.published.idle_gpus[d.key] = d.idle_gpus
-            self.scale_counts[d.direction] = self.scale_counts.get(d.direction, 0) + 1
-            if self.counters is not None:
-                self.counters.scale_decisions.labels(d.namespace, d.cluster, d.group, d.direction, d.reason).inc()
-            if d.direction != "hold" or self._last_scale.get(d.key) != (d.direction, d.reason):
-                if d.direction != "hold" or d.reason not in ("WithinTarget",):
-                    self.decisions.append(f"{_clock(now)} scale {d.namespace}/{d.cluster}/{d.group}: {d.direction} "
-                                          f"{d.reason} - {d.message}")
-            self._last_scale[d.key] = (d.direction, d.reason)
-        if self.counters is not None:
-            self.counters.reconcile_seconds.labels("scaling").observe(0.0)
 
     # -------------------------------------------------------------------------------- sources
     def pod_utilization(self) -> dict[str, float]:

@@ -99,13 +99,44 @@ def test_kueue_quota_admits_unplaceable_workload_and_queuepilot_does_not():
     assert q.retries >= 1  # the check said Retry (InsufficientGpus) and Kueue requeued it
 
 
-def test_queuepilot_runs_the_real_decision_functions():
-    e = Engine(_small_jobs(6.0), 6 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS))
-    e.run()
-    adm, sc = e.policy.admission, e.policy.scaling
-    from autoscaler.core.policy.admission import AdmissionDecision
-    from autoscaler.core.policy.scaling import GroupDecision
+def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
+    """The engine's queuepilot is the controller's AdmissionReconciler and ScalingReconciler, acting
+    through the SimWriter: their counters, Events and explanations are the controller's."""
+    from autoscaler.controller.admission import AdmissionReconciler
+    from autoscaler.controller.scaling import ScalingReconciler
+    from simulator.writer import SimWriter
 
-    assert sc.last and all(isinstance(d, GroupDecision) for d in sc.last)
-    assert all(isinstance(d, AdmissionDecision) for d in adm.last)
-    assert any(kind == "admission" for _, kind, *_ in e.decision_log)
+    e = Engine(_small_jobs(6.0), 6 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS))
+    m = e.run()
+    assert isinstance(e.admission, AdmissionReconciler) and isinstance(e.scaling, ScalingReconciler)
+    assert isinstance(e.admission.writer, SimWriter) and e.scaling.writer is e.admission.writer
+    reg = e.context.registry
+    # every Ready the controller counted admitted a workload in the simulated Kueue, and nothing else did
+    ready = _total(reg, "queuepilot_admission_decisions", state="Ready")
+    rayjobs = sum(1 for j in e.jobs if j.kind != "task" and j.submit < 6 * 3600)
+    assert ready == rayjobs - sum(1 for w in e.workloads.values() if w.state in ("pending", "reserved")) > 0
+    assert _total(reg, "queuepilot_writes", resource="workloads/status") == ready
+    # the scaler's counted changes are the replica changes the run measured, each one a patch
+    changes = _total(reg, "queuepilot_scale_decisions", direction="up") + \
+        _total(reg, "queuepilot_scale_decisions", direction="down")
+    assert changes == m.scale_events == _total(reg, "queuepilot_writes", resource="rayclusters") > 0
+    # and each write explained by an Event on its object (as the KubeWriter would send them)
+    on_rc = sum(n for (kind, _, _), n in e.writer.event_counts.items() if kind == "RayCluster")
+    on_wl = sum(n for (kind, _, _), n in e.writer.event_counts.items() if kind == "Workload")
+    assert on_rc >= m.scale_events and on_wl == ready
+    assert _total(reg, "queuepilot_writes", resource="events") == len(e.writer.events) == on_rc + on_wl
+    assert _total(reg, "queuepilot_writes", resource="admissionchecks/status") == 1  # activated once
+
+
+def _total(reg, family: str, **labels: str) -> float:
+    return sum(s.value for mf in reg.collect() if mf.name == family for s in mf.samples
+               if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_admission_check_must_be_active_before_kueue_reserves_quota():
+    """Kueue reserves no quota for a queue whose AdmissionCheck is inactive; the reconciler's first
+    pass activates it through the writer."""
+    e = _failed_gpu_engine("queuepilot")
+    assert e.checks_active == {"gpu-capacity": False}
+    e.run()
+    assert e.checks_active == {"gpu-capacity": True}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from simulator.engine import Engine, SimConfig
@@ -19,7 +20,7 @@ def _engine(policy: str = "queuepilot", **kw) -> Engine:
 def test_snapshot_matches_cluster_kueue_and_ray_state():
     e = _engine()
     e.start()
-    e.advance(5 * 3600.0)
+    asyncio.run(e.advance(5 * 3600.0))
     snap = e.snapshot(e.now)
     cap = snap.flavor_capacity("a100")
     c = e.cluster
