@@ -146,3 +146,48 @@ def injected(code: int, retry_after: float | None) -> ApiError:
     if code == 500:
         return ApiError(500, "InternalError", "Internal error occurred: injected failure", details, headers)
     return ApiError(code, "", f"injected failure {code}", details, headers)
+
+
+def refused(
+    code: int,
+    verb: str,
+    plural: str,
+    subresource: str,
+    group: str,
+    namespace: str | None,
+    name: str | None,
+    retry_after: float | None = None,
+    message: str | None = None,
+) -> ApiError:
+    """What refuse_writes produces: the real server's Status for ``code`` on this write.
+
+    403: RBAC's Forbidden (``... is forbidden: User "..." cannot patch resource "workloads/status" in API
+    group "kueue.x-k8s.io" in the namespace "team-a"``); 422: Invalid (as a validating admission policy or
+    webhook denial reads); 409: Conflict (object modified); 404: NotFound; 400: BadRequest; 429:
+    TooManyRequests with ``Retry-After``; 500 / 503 / 504 as :func:`injected`; any other code: that
+    code with an empty reason.  ``message`` replaces the default text.
+    """
+    what = qualified(plural, group)
+    resource = f"{plural}/{subresource}" if subresource else plural
+    obj = name or ""
+    if code == 403:
+        where = f' in the namespace "{namespace}"' if namespace else ""
+        text = message or (
+            f'{what} "{obj}" is forbidden: User "system:serviceaccount:queuepilot-system:queuepilot-controller" '
+            f'cannot {verb} resource "{resource}" in API group "{group}"{where}'
+        )
+        return ApiError(403, "Forbidden", text, _details(plural, group, name))
+    if code == 422:
+        cause = {"reason": "FieldValueInvalid", "message": message or "Invalid value: refused by policy",
+                 "field": "spec"}
+        return invalid(plural, group, obj, [cause])
+    if code == 409:
+        return conflict(plural, group, obj, message or MODIFIED)
+    if code == 404:
+        return not_found(plural, group, obj)
+    if code == 400:
+        return bad_request(message or f"refused {verb} of {what} {obj!r}")
+    err = injected(code, retry_after)
+    if message:
+        err = ApiError(err.status, err.reason, message, err.details, err.headers)
+    return err

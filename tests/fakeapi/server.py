@@ -70,6 +70,38 @@ class _FailRule:
         return not (self.path_contains and self.path_contains not in path)
 
 
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+@dataclass
+class WriteRefusal:
+    """A rule made by :meth:`FakeApiServer.refuse_writes`; ``hits`` counts the requests it refused."""
+
+    status: int
+    retry_after: float | None = None
+    message: str | None = None
+    remaining: int | None = None  # None: until cancel()
+    group: str | None = None
+    resource: str | None = None  # incl. subresource: "workloads/status"
+    namespace: str | None = None
+    name: str | None = None
+    verbs: frozenset[str] = WRITE_VERBS
+    hits: int = 0
+    cancelled: bool = False
+
+    def matches(self, verb: str, group: str, resource: str, namespace: str | None, name: str | None) -> bool:
+        if self.cancelled or self.remaining == 0 or verb not in self.verbs:
+            return False
+        return all(
+            want is None or want == got
+            for want, got in ((self.group, group), (self.resource, resource), (self.namespace, namespace),
+                              (self.name, name))
+        )
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 @dataclass
 class _Route:
     rt: ResourceType
@@ -118,6 +150,7 @@ class FakeApiServer:
         self.bookmark_interval = bookmark_interval
         self.requests: list[RecordedRequest] = []
         self._fail_rules: list[_FailRule] = []
+        self._refusals: list[WriteRefusal] = []
         self._latency = 0.0
         self._watches: set[_OpenWatch] = set()
         self._runner: web.AppRunner | None = None
@@ -204,6 +237,38 @@ class FakeApiServer:
         """The next n requests that match (path substring, HTTP method, Kubernetes verb such as
         "watch") get this error status; 429/503 carry Retry-After when retry_after is given."""
         self._fail_rules.append(_FailRule(n, status, retry_after, path_contains, method, verb))
+
+    def refuse_writes(
+        self,
+        status: int,
+        *,
+        resource: str | None = None,
+        name: str | None = None,
+        namespace: str | None = None,
+        group: str | None = None,
+        verbs: Iterable[str] = WRITE_VERBS,
+        times: int | None = None,
+        retry_after: float | None = None,
+        message: str | None = None,
+    ) -> WriteRefusal:
+        """Refuse matching HTTP writes with ``status`` (any code) until ``rule.cancel()`` (or ``times``
+        refusals), each answered with the real server's Status shape for that code (see the README)."""
+        rule = WriteRefusal(status, retry_after, message, times, group, resource, namespace, name, frozenset(verbs))
+        self._refusals.append(rule)
+        return rule
+
+    def inject_watch_line(self, line: bytes, *, path_contains: str | None = None, end: bool = False) -> int:
+        """Write ``line`` (raw bytes, e.g. ``b"null"``, ``b"<html>"``, a cut-off JSON object) followed by a
+        newline into every open watch whose path contains ``path_contains``; ``end=True`` writes it without
+        the newline and then aborts the connection (a stream cut in the middle of an event).  Returns
+        how many watches got it."""
+        n = 0
+        for ow in list(self._watches):
+            if path_contains and path_contains not in ow.request.path:
+                continue
+            ow.watcher.queue.put_nowait(("RAW", (line, end)))
+            n += 1
+        return n
 
     def set_latency(self, seconds: float) -> None:
         self._latency = max(0.0, seconds)
@@ -370,6 +435,15 @@ class FakeApiServer:
                     if rule.remaining == 0:
                         self._fail_rules.remove(rule)
                     raise errors.injected(rule.status, rule.retry_after)
+            for refusal in self._refusals:
+                if route is not None and refusal.matches(verb, group, resource_label, route.namespace, route.name):
+                    refusal.hits += 1
+                    if refusal.remaining is not None:
+                        refusal.remaining -= 1
+                    raise errors.refused(
+                        refusal.status, verb, route.rt.plural, route.subresource, group, route.namespace,
+                        route.name, refusal.retry_after, refusal.message,
+                    )
             discovery = self._discovery(request)
             if discovery is not None:
                 return discovery
@@ -660,6 +734,15 @@ class FakeApiServer:
                 if item is None:
                     break
                 etype, obj = item
+                if etype == "RAW":
+                    raw, end = obj
+                    if end:
+                        await resp.write(raw)
+                        if request.transport is not None:
+                            request.transport.abort()
+                        break
+                    await resp.write(raw + b"\n")
+                    continue
                 if etype != "ERROR":
                     obj = self._as_version(obj, rt, route.version)
                 await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
