@@ -39,6 +39,10 @@ class AlertConfig:
     retry_window: str = "30m"
     retry_loop_count: float = 10
     rejected_window: str = "15m"
+    # capacity below quota: fires when a flavor's healthy GPUs fall short of its nominal quota by more
+    # than both of these (so one broken GPU on a cluster whose quota equals its capacity stays quiet)
+    capacity_shortfall_gpus: float = 4
+    capacity_shortfall_ratio: float = 0.05
     # controller
     watch_restart_window: str = "15m"
     watch_restart_count: float = 5
@@ -76,11 +80,51 @@ class AlertConfig:
         return dataclasses.replace(self, for_overrides=overrides, **changes)
 
 
+# The Helm chart renders the rules from a copy generated with these tokens in place of the settings
+# (``chart_template``); its PrometheusRule template replaces them with chart values.
+TOKEN_PREFIX = "__QP_"
+SELECTOR_FIELDS = ("exporter_selector", "controller_selector")
+
+
+def threshold_fields() -> tuple[str, ...]:
+    """The settings the chart exposes as ``monitoring.alerts.thresholds.<camelCase name>``."""
+    skip = {"runbook_base_url", "for_overrides", *SELECTOR_FIELDS}
+    return tuple(f.name for f in dataclasses.fields(AlertConfig) if f.name not in skip)
+
+
+def chart_key(name: str) -> str:
+    """``pending_slo_seconds`` -> ``pendingSloSeconds`` (the chart value's name)."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def threshold_token(name: str) -> str:
+    return f"{TOKEN_PREFIX}T_{chart_key(name)}__"
+
+
+def for_token(alert: str, default: str) -> str:
+    """The chart replaces it with ``monitoring.alerts.for.<alert>``, else with ``default``."""
+    return f"{TOKEN_PREFIX}FOR_{alert}:{default}__"
+
+
+JOB_TOKENS = {"exporter_selector": f"{TOKEN_PREFIX}JOB_exporter__", "controller_selector": f"{TOKEN_PREFIX}JOB_controller__"}
+RUNBOOK_TOKEN = f"{TOKEN_PREFIX}RUNBOOK_BASE_URL__"
+
+
+def chart_template() -> AlertConfig:
+    """A config whose every chart-settable value is a token (``for`` durations are set per alert)."""
+    values: dict[str, object] = {name: threshold_token(name) for name in threshold_fields()}
+    values.update({name: f'job="{token}"' for name, token in JOB_TOKENS.items()})
+    return dataclasses.replace(AlertConfig(), runbook_base_url=RUNBOOK_TOKEN, **values)
+
+
 def _check_duration(name: str, value: str) -> None:
     if not _DURATION.match(value):
         raise ConfigError(f"{name} expects a Prometheus duration like 30s, 5m, 1h; got {value!r}")
 
 
-def fmt_number(value: float) -> str:
-    """Render a threshold for PromQL without a trailing .0 (3600.0 -> 3600)."""
+def fmt_number(value: float | str) -> str:
+    """Render a threshold for PromQL without a trailing .0 (3600.0 -> 3600); a chart token as it is."""
+    if isinstance(value, str):
+        return value
     return str(int(value)) if float(value).is_integer() else repr(value)

@@ -12,9 +12,10 @@ reasons from the exporter's health module.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from alerts.config import AlertConfig, fmt_number
+from alerts.config import AlertConfig, chart_template, fmt_number, for_token
 from autoscaler import metrics as cm
 from exporter import metrics as em
 from exporter.health import FATAL_XID as REASON_FATAL_XID
@@ -42,6 +43,10 @@ _POD_NORMALIZE = (
 )
 
 
+# where a description names how long the condition has held: replaced by the alert's `for`
+FOR_MARK = "%FOR%"
+
+
 @dataclass(frozen=True)
 class Alert:
     name: str
@@ -53,14 +58,15 @@ class Alert:
     group: str
 
     def to_rule(self, config: AlertConfig) -> dict:
+        for_ = config.for_overrides.get(self.name, self.for_)
         return {
             "alert": self.name,
             "expr": self.expr,
-            "for": config.for_overrides.get(self.name, self.for_),
+            "for": for_,
             "labels": {"severity": self.severity},
             "annotations": {
                 "summary": self.summary,
-                "description": self.description,
+                "description": self.description.replace(FOR_MARK, for_),
                 "runbook_url": f"{config.runbook_base_url}#{self.name.lower()}",
             },
         }
@@ -82,6 +88,8 @@ def alerts(c: AlertConfig) -> list[Alert]:
     gpu_where = "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) on node {{ $labels.Hostname }}"
     by_group = "namespace, raycluster, group"
     workers = cm.RAY_WORKERS.name
+    nominal = f'max by (flavor) ({cm.FLAVOR_GPUS.name}{{state="nominal"}})'
+    shortfall = f'{nominal} - max by (flavor) ({cm.FLAVOR_GPUS.name}{{state="healthy"}})'
     return [
         # --- GPU -------------------------------------------------------------------------------
         Alert(
@@ -134,7 +142,7 @@ def alerts(c: AlertConfig) -> list[Alert]:
             f"({_THERMAL_BITS.format(m=em.BY_NAME['DCGM_FI_DEV_CLOCK_THROTTLE_REASONS'].name)})",
             "15m",
             "A GPU has been slowed down for heat for a long time.",
-            f"{gpu_where} has had its clocks cut for thermal reasons for 15 minutes; its temperature is "
+            f"{gpu_where} has had its clocks cut for thermal reasons for %FOR%; its temperature is "
             "{{ printf \"%.0f\" $value }} C.",
             "queuepilot-gpu",
         ),
@@ -146,7 +154,7 @@ def alerts(c: AlertConfig) -> list[Alert]:
             "5m",
             "A queuepilot GPU exporter cannot be scraped.",
             "The exporter at {{ $labels.instance }}{{ with $labels.Hostname }} (node {{ . }}){{ end }} has not answered scrapes "
-            "for 5 minutes: GPU health and utilization on that node are unknown.",
+            "for %FOR%: GPU health and utilization on that node are unknown.",
             "queuepilot-gpu",
         ),
         Alert(
@@ -161,16 +169,17 @@ def alerts(c: AlertConfig) -> list[Alert]:
         # --- allocation ---------------------------------------------------------------------------
         Alert(
             "GPUAllocatedIdle", "warning",
-            _POD_NORMALIZE.format(
+            "count by (namespace, pod, Hostname) ("
+            + _POD_NORMALIZE.format(
                 expr=f"max_over_time({em.BY_NAME['DCGM_FI_DEV_GPU_UTIL'].name}[{c.idle_window}]) "
                 f"< {n(c.idle_util_percent)}"
             )
-            + f" and on (Hostname, UUID) {_dcgm_identity(f'{em.GPU_ALLOCATED.name} == 1')}",
+            + f" and on (Hostname, UUID) {_dcgm_identity(f'{em.GPU_ALLOCATED.name} == 1')})",
             "1h",
-            "A GPU allocated to a pod has been idle for a long time.",
-            "GPU {{ $labels.gpu }} on node {{ $labels.Hostname }}, allocated to pod "
-            "{{ $labels.namespace }}/{{ $labels.pod }}, peaked at {{ printf \"%.0f\" $value }}% utilization "
-            f"over the last {c.idle_window} and has been idle like this for over an hour.",
+            "GPUs allocated to a pod have been idle for a long time.",
+            "{{ printf \"%.0f\" $value }} GPU(s) allocated to pod {{ $labels.namespace }}/{{ $labels.pod }} on node "
+            f"{{{{ $labels.Hostname }}}} stayed below {n(c.idle_util_percent)}% utilization for all of the last "
+            f"{c.idle_window}; other teams may be waiting for them.",
             "queuepilot-allocation",
         ),
         # --- queues -------------------------------------------------------------------------------
@@ -208,12 +217,13 @@ def alerts(c: AlertConfig) -> list[Alert]:
         ),
         Alert(
             "QueuePilotHealthyCapacityBelowQuota", "warning",
-            f'max by (flavor) ({cm.FLAVOR_GPUS.name}{{state="nominal"}}) '
-            f'- max by (flavor) ({cm.FLAVOR_GPUS.name}{{state="healthy"}}) > 0',
-            "15m",
-            "A flavor has fewer healthy GPUs than its nominal quota.",
-            "Flavor {{ $labels.flavor }} is {{ printf \"%.0f\" $value }} healthy GPUs short of the nominal "
-            "quota its ClusterQueues promise; admitted work will wait or be retried.",
+            f"({shortfall}) > {n(c.capacity_shortfall_gpus)} "
+            f"and on (flavor) ({shortfall}) > {n(c.capacity_shortfall_ratio)} * {nominal}",
+            "30m",
+            "A flavor has clearly fewer healthy GPUs than its nominal quota.",
+            "Flavor {{ $labels.flavor }} is {{ printf \"%.0f\" $value }} healthy GPUs short of the nominal quota "
+            f"its ClusterQueues promise (more than {n(c.capacity_shortfall_gpus)} GPUs and more than "
+            f"{n(c.capacity_shortfall_ratio)} of the quota); admitted work will wait or be retried.",
             "queuepilot-queues",
         ),
         # --- Ray ----------------------------------------------------------------------------------
@@ -225,7 +235,7 @@ def alerts(c: AlertConfig) -> list[Alert]:
             "30m",
             "A Ray worker group is at its maximum size while Ray still waits for GPUs.",
             "Worker group {{ $labels.group }} of RayCluster {{ $labels.namespace }}/{{ $labels.raycluster }} "
-            "has run {{ printf \"%.0f\" $value }} workers, its maxReplicas, for 30 minutes while Ray tasks "
+            "has run {{ printf \"%.0f\" $value }} workers, its maxReplicas, for %FOR% while Ray tasks "
             "still wait for GPUs.",
             "queuepilot-ray",
         ),
@@ -236,7 +246,7 @@ def alerts(c: AlertConfig) -> list[Alert]:
             "30m",
             "A Ray worker group has not reached the size queuepilot asked for.",
             "Worker group {{ $labels.group }} of RayCluster {{ $labels.namespace }}/{{ $labels.raycluster }} "
-            "has differed from its desired size by {{ printf \"%.0f\" $value }} workers for 30 minutes "
+            "has differed from its desired size by {{ printf \"%.0f\" $value }} workers for %FOR% "
             "(positive: workers missing, negative: extra workers).",
             "queuepilot-ray",
         ),
@@ -291,3 +301,11 @@ def rule_file(config: AlertConfig) -> dict:
     for alert in alerts(config):
         by_group[alert.group].append(alert.to_rule(config))
     return {"groups": [{"name": g, "rules": rules} for g, rules in by_group.items() if rules]}
+
+
+def chart_rule_file() -> dict:
+    """The rule file with tokens for every chart-settable value (job names, runbook URL, thresholds,
+    ``for`` durations with their defaults); the chart's PrometheusRule template replaces them."""
+    base = chart_template()
+    overrides = {a.name: for_token(a.name, a.for_) for a in alerts(base)}
+    return rule_file(dataclasses.replace(base, for_overrides=overrides))

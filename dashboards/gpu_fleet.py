@@ -18,9 +18,13 @@ HEALTHY = em.GPU_HEALTHY.name
 ALLOCATED = em.GPU_ALLOCATED.name
 XIDS = em.GPU_XID_ERRORS_TOTAL.name
 
-# kube-state-metrics pod label series (needs --metric-labels-allowlist=pods=[kueue.x-k8s.io/queue-name])
+# kube-state-metrics pod label series. Kueue labels the pods of admitted workloads with
+# kueue.x-k8s.io/local-queue-name and kueue.x-k8s.io/cluster-queue-name (the queue-name label is on the
+# job object only); kube-state-metrics exports them with
+# --metric-labels-allowlist=pods=[kueue.x-k8s.io/local-queue-name,kueue.x-k8s.io/cluster-queue-name]
 KSM_POD_LABELS = "kube_pod_labels"
-QUEUE_LABEL = "label_kueue_x_k8s_io_queue_name"
+LOCAL_QUEUE_LABEL = "label_kueue_x_k8s_io_local_queue_name"
+CLUSTER_QUEUE_LABEL = "label_kueue_x_k8s_io_cluster_queue_name"
 
 NODE = 'cluster=~"$cluster",Hostname=~"$node"'  # DCGM families: dcgm-exporter's Hostname
 QP_NODE = 'cluster=~"$cluster",hostname=~"$node"'  # queuepilot's GPU families: snake_case hostname
@@ -40,9 +44,11 @@ def _allocated() -> str:
 
 def build():
     idle = _idle_allocated()
+    queue_labels = f"{LOCAL_QUEUE_LABEL}, {CLUSTER_QUEUE_LABEL}"
     by_queue = (
-        f"count by ({QUEUE_LABEL}) (({idle}) * on (namespace, pod) group_left ({QUEUE_LABEL}) "
-        f'max by (namespace, pod, {QUEUE_LABEL}) ({KSM_POD_LABELS}{{cluster=~"$cluster",{QUEUE_LABEL}!=""}}))'
+        f"count by (namespace, {queue_labels}) (({idle}) * on (namespace, pod) group_left ({queue_labels}) "
+        f"max by (namespace, pod, {queue_labels}) "
+        f'({KSM_POD_LABELS}{{cluster=~"$cluster",{LOCAL_QUEUE_LABEL}!=""}}))'
     )
     idlest = c.gpu_pod_series(UTIL, NODE, wrap="avg_over_time({series}[$__range])")
     panels = [
@@ -111,9 +117,13 @@ def build():
         ), 12, 8),
         (c.timeseries(
             "Idle allocated GPUs by queue",
-            f"GPUs allocated to pods but under {IDLE_PERCENT}% utilization, by the pod's Kueue LocalQueue "
-            "(kube-state-metrics kube_pod_labels with the kueue.x-k8s.io/queue-name label allowlisted).",
-            "none", c.targets((by_queue, "{{" + QUEUE_LABEL + "}}")), stacked=True,
+            f"GPUs allocated to pods but under {IDLE_PERCENT}% utilization, by the pod's Kueue LocalQueue and "
+            "ClusterQueue, from the labels Kueue puts on the pods of admitted workloads (kube-state-metrics "
+            "kube_pod_labels with kueue.x-k8s.io/local-queue-name and kueue.x-k8s.io/cluster-queue-name "
+            "allowlisted: docs/install.md).",
+            "none",
+            c.targets((by_queue, "{{namespace}}/{{" + LOCAL_QUEUE_LABEL + "}} ({{" + CLUSTER_QUEUE_LABEL + "}})")),
+            stacked=True,
         ), 12, 8),
         (c.table(
             "Idlest allocated pods",

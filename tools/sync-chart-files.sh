@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Copy the generated dashboards and alert rules into the Helm chart, which takes them as files
-# (charts/queuepilot/files/). tests/chart/test_chart_files.py fails when the copies differ.
+# (charts/queuepilot/files/). The rules come from alerts/generated/chart/: the copy with __QP_...__
+# tokens that the chart's PrometheusRule template fills from values (job names, runbook URL,
+# thresholds, for durations). tests/chart/test_chart_files.py fails when the copies differ.
 # Usage: tools/sync-chart-files.sh [--check]   (--check: report differences, change nothing, exit 1 if any)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,5 +29,5 @@ sync_dir() {  # sync_dir SRC_DIR DST_DIR PATTERN
   done
 }
 sync_dir "$root/dashboards/generated" "$chart/dashboards" "*.json"
-sync_dir "$root/alerts/generated" "$chart/rules" "*.yaml"
+sync_dir "$root/alerts/generated/chart" "$chart/rules" "*.yaml"
 exit $status

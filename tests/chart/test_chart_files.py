@@ -12,7 +12,7 @@ from tests.support.paths import REPO
 
 PAIRS = (
     (REPO / "dashboards" / "generated", REPO / "charts" / "queuepilot" / "files" / "dashboards", "*.json"),
-    (REPO / "alerts" / "generated", REPO / "charts" / "queuepilot" / "files" / "rules", "*.yaml"),
+    (REPO / "alerts" / "generated" / "chart", REPO / "charts" / "queuepilot" / "files" / "rules", "*.yaml"),
 )
 SCRIPT = REPO / "tools" / "sync-chart-files.sh"
 
@@ -32,10 +32,11 @@ def test_sync_script_check_and_copy(tmp_path: Path) -> None:
     (root / "tools").mkdir(parents=True)
     shutil.copy(SCRIPT, root / "tools" / SCRIPT.name)
     (root / "dashboards/generated").mkdir(parents=True)
-    (root / "alerts/generated").mkdir(parents=True)
+    (root / "alerts/generated/chart").mkdir(parents=True)
     (root / "charts/queuepilot/files/dashboards").mkdir(parents=True)
     (root / "dashboards/generated/a.json").write_text('{"uid": "a"}\n')
-    (root / "alerts/generated/r.yaml").write_text("groups: []\n")
+    (root / "alerts/generated/r.yaml").write_text("groups: [plain]\n")  # not the chart's copy
+    (root / "alerts/generated/chart/r.yaml").write_text("groups: []\n")
     (root / "charts/queuepilot/files/dashboards/old.json").write_text("{}\n")
     script = root / "tools" / SCRIPT.name
 

@@ -99,4 +99,4 @@ def test_exporter_args_parse(combo: str) -> None:
     args = render("helm3", c.sets, c.api_versions).one("DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "exporter"
     ns = exporter_cli.build_parser().parse_args(args[1:])
-    assert ns.source in ("nvml", "dcgm") and ns.listen == "0.0.0.0:9400"
+    assert ns.source in ("nvml", "dcgm") and str(ns.listen) == "0.0.0.0:9400"

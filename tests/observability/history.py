@@ -110,7 +110,8 @@ def gpu_history(start: float) -> History:
             )
             h.add("kube_pod_labels", {
                 "job": "kube-state-metrics", "namespace": ns, "pod": name, "uid": f"uid-{name}",
-                "label_kueue_x_k8s_io_queue_name": f"{ns}-queue",
+                "label_kueue_x_k8s_io_local_queue_name": f"{ns}-queue",
+                "label_kueue_x_k8s_io_cluster_queue_name": f"cq-{ns}",
             }, const(1))
 
         def labels(spec: em.MetricSpec, extra: Labels | None = None, pod_labels: Labels = pod_labels,

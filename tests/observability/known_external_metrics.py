@@ -31,7 +31,7 @@ KNOWN_EXTERNAL: dict[str, str] = {
     "ray_scheduler_unscheduleable_tasks": "Ray: gauge [Reason]",
     # kube-state-metrics
     "kube_pod_labels": (
-        "kube-state-metrics: pod labels as label_<name>; the queue label needs "
-        "--metric-labels-allowlist=pods=[kueue.x-k8s.io/queue-name]"
+        "kube-state-metrics: pod labels as label_<name>; the queue labels Kueue sets on pods need "
+        "--metric-labels-allowlist=pods=[kueue.x-k8s.io/local-queue-name,kueue.x-k8s.io/cluster-queue-name]"
     ),
 }

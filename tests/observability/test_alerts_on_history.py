@@ -3,6 +3,8 @@ series from both scrape styles and select exactly the faulty objects."""
 
 from __future__ import annotations
 
+from alerts.config import AlertConfig
+from alerts.rules import alerts
 from tests.support.prometheus import Prometheus
 
 
@@ -35,7 +37,11 @@ def test_idle_alert_names_the_workload_pod_in_both_scrape_styles(backfilled, his
 
 
 def test_queue_and_controller_alerts_on_history(backfilled, history_end, alert_rules):
-    short = _eval(backfilled, alert_rules, "QueuePilotHealthyCapacityBelowQuota", history_end)
+    # h100: quota 8 = capacity, one GPU unhealthy: quiet with the default thresholds (4 GPUs and 5 %)
+    assert _eval(backfilled, alert_rules, "QueuePilotHealthyCapacityBelowQuota", history_end) == []
+    strict = AlertConfig().with_settings(["capacity_shortfall_gpus=0", "capacity_shortfall_ratio=0.1"])
+    (rule,) = [a for a in alerts(strict) if a.name == "QueuePilotHealthyCapacityBelowQuota"]
+    short = backfilled.query(rule.expr, at=history_end)
     assert [(r["metric"]["flavor"], r["value"][1]) for r in short] == [("h100", "1")]
     assert _eval(backfilled, alert_rules, "QueuePilotControllerNoLeader", history_end) == []
     assert _eval(backfilled, alert_rules, "QueuePilotControllerSignalStale", history_end) == []

@@ -215,7 +215,9 @@ def test_idle_gpu_panels_find_pods_in_either_label_spelling(backfilled, history_
     assert [(r["metric"]["namespace"], r["value"][1]) for r in result] == [(namespace, "1")]
     by_queue = by_title["Idle allocated GPUs by queue"]["targets"][0]["expr"]
     result = backfilled.query(substitute(by_queue, {"namespace": namespace}), at=history_end)
-    assert [r["metric"]["label_kueue_x_k8s_io_queue_name"] for r in result] == [f"{namespace}-queue"]
+    assert [(r["metric"]["namespace"], r["metric"]["label_kueue_x_k8s_io_local_queue_name"],
+             r["metric"]["label_kueue_x_k8s_io_cluster_queue_name"]) for r in result] == [
+        (namespace, f"{namespace}-queue", f"cq-{namespace}")]
     idlest = by_title["Idlest allocated pods"]["targets"][0]["expr"]
     result = backfilled.query(substitute(idlest, {"namespace": namespace}), at=history_end)
     assert pod in {r["metric"]["pod"] for r in result}

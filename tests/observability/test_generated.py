@@ -31,3 +31,7 @@ def test_rules_regenerate_identically(tmp_path):
     assert filecmp.cmp(tmp_path / RULE_FILE.name, RULE_FILE, shallow=False), (
         "alerts/generated/queuepilot-rules.yaml is stale: run make generate"
     )
+    chart_copy = RULE_FILE.parent / "chart" / RULE_FILE.name
+    assert filecmp.cmp(tmp_path / "chart" / RULE_FILE.name, chart_copy, shallow=False), (
+        "alerts/generated/chart/queuepilot-rules.yaml is stale: run make generate"
+    )
