@@ -3,7 +3,7 @@
 Constructor::
 
     SimSource(hostname, *, gpus=8, model="NVIDIA H100 80GB HBM3", seed=0, pods=None,
-              fault_script=DEFAULT_FAULT_SCRIPT, driver_version="550.144.03")
+              fault_script=DEFAULT_FAULT_SCRIPT, driver_version="550.144.03", mig_gpus=0)
 
 - ``gpus`` GPUs of ``model`` (frame-buffer size, power limit and clocks come from the model
   name: H100, H200, A100 40/80GB, L4; anything else gets its ``NNGB`` and a 300 W limit).
@@ -16,6 +16,15 @@ Constructor::
   thermal lag), SM clock, memory-copy utilization and the throttle bitmask follow utilization;
   frame-buffer use follows the pod (a loaded model stays resident while idle); energy integrates
   power.
+- Profiling fields (``DCGM_FI_PROF_*``, as dcgm-exporter or the nvml source's GPM give them) follow
+  the same utilization: ``GR_ENGINE_ACTIVE`` is the simulated utilization, and each pod runs a
+  compute-bound, memory-bound or launch-bound ("light") job (``sim_profile``), so the SM, tensor
+  and DRAM ratios tell those jobs apart the way they do on real GPUs.
+- ``mig_gpus``: the last that many GPUs run in MIG mode with a mixed layout (3g + 2g + 1g + 1g);
+  each GPU instance but the last is allocated to a pod of its own (resource
+  ``nvidia.com/mig-<profile>``), has its own memory, utilization and profiling fields, and the
+  parent GPU reports no ``DCGM_FI_DEV_GPU_UTIL`` (NVML does not give it in MIG mode).  Off by
+  default, so the default fleet stays as it was.
 - ``fault_script``: ``Fault`` events at seconds after the first ``collect``.  The default: a
   non-fatal XID 63 on GPU 0 at 30 s, a fatal XID 48 on GPU 1 at 60 s, and at 120 s XID 79 on the
   last GPU, which then falls off the bus (``lost``).  ``()`` disables it.
@@ -32,11 +41,19 @@ import random
 import re
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal
 
-from exporter.sample import FleetSample, GpuSample, PodRef
+from exporter.sample import FleetSample, GpuSample, MigInstance, PodRef
+from exporter.sources.sim_profile import (
+    DEFAULT_PROFILE,
+    JobProfile,
+    MigSlice,
+    mig_layout,
+    prof_fields,
+    profile_for,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +140,18 @@ class _Gpu:
     last_t: float | None = None
     sbe_agg: float = 0.0
     corr_rows: float = 0.0
+    prof_rng: random.Random | None = None
+    mig: tuple[_Mig, ...] = ()
+
+
+@dataclass(slots=True)
+class _Mig:
+    slice: MigSlice
+    uuid: str
+    pod: PodRef | None = None
+
+
+PROF_RATIO_FIELDS_SUM = ("_BYTES",)  # profiling fields that add up over MIG instances (rates); the rest average
 
 
 class SimSource:
@@ -140,9 +169,12 @@ class SimSource:
         pods: int | None = None,
         fault_script: tuple[Fault, ...] = DEFAULT_FAULT_SCRIPT,
         driver_version: str = "550.144.03",
+        mig_gpus: int = 0,
     ) -> None:
         if gpus < 0:
             raise ValueError("gpus must be >= 0")
+        if not 0 <= mig_gpus <= gpus:
+            raise ValueError("mig_gpus must be within 0..gpus")
         self.hostname = hostname
         self.model = model
         self.spec = model_spec(model)
@@ -161,13 +193,16 @@ class SimSource:
                 energy_mj=rng.uniform(1e9, 5e10),
                 sbe_agg=float(rng.choice((0, 0, 0, 1, 3))),
                 corr_rows=float(rng.choice((0, 0, 0, 0, 1))),
+                prof_rng=random.Random(f"{seed}:{hostname}:{i}:prof"),
             )
             self._gpus.append(g)
         self._workloads: dict[PodRef, _Workload] = {}
         self._pending_xids: list[tuple[int, int, float | None]] = []  # (index, xid, at or None = next collect)
         self._t0: float | None = None
         self._faults_done = 0
+        self._per_pod: dict[PodRef, int] = {}
         self._allocate_default(pods, rng)
+        self._setup_mig(mig_gpus)
 
     # --- drivable API ----------------------------------------------------------------------------
     @property
@@ -213,6 +248,11 @@ class SimSource:
         self._pending_xids.clear()
         out: list[GpuSample] = []
         lost = 0
+        per_pod: dict[PodRef, int] = {}
+        for g in self._gpus:
+            if g.pod is not None:
+                per_pod[g.pod] = per_pod.get(g.pod, 0) + 1
+        self._per_pod = per_pod
         for g in self._gpus:
             xids = tuple(events.get(g.index, ()))
             if xids:
@@ -221,6 +261,9 @@ class SimSource:
                 lost += 1
                 g.last_t = now
                 out.append(self._identity(g, fields={}, lost=True, xids=xids))
+                continue
+            if g.mig:
+                out.append(self._mig_gpu(g, now, xids))
                 continue
             out.append(self._identity(g, fields=self._fields(g, now), lost=False, xids=xids))
         errors = MappingProxyType({"gpu_lost": lost} if lost else {})
@@ -241,6 +284,38 @@ class SimSource:
             for _ in range(per + (1 if p < extra else 0)):
                 self._gpus[index].pod = ref
                 index += 1
+
+    def _setup_mig(self, mig_gpus: int) -> None:
+        """The last ``mig_gpus`` GPUs in MIG mode, each instance but the last with a pod (own RNG: the
+        rest of the fleet is the same with or without MIG)."""
+        rng = random.Random(f"{self.seed}:{self.hostname}:mig")
+        n = len(self._gpus)
+        for g in self._gpus[n - mig_gpus :]:
+            g.pod, g.load = None, None
+            layout = mig_layout(self.spec.fb_mib - self.spec.reserved_mib)
+            migs = []
+            for k, sl in enumerate(layout):
+                mig_uuid = f"MIG-{uuid.UUID(int=rng.getrandbits(128), version=4)}"
+                ns = _NAMESPACES[(g.index + k) % len(_NAMESPACES)]
+                suffix = "".join(rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+                pod = None if k == len(layout) - 1 else PodRef(ns, f"{ns}-infer-{suffix}", "server")
+                migs.append(_Mig(sl, mig_uuid, pod))
+            g.mig = tuple(migs)
+
+    def job_kind(self, index: int) -> str:
+        """The kind of job (``compute``, ``memory``, ``light``) on a whole GPU's pod; "" when free."""
+        pod = self._gpus[index].pod
+        return "" if pod is None else self._profile(pod, self._per_pod).kind
+
+    @property
+    def mig_uuids(self) -> dict[int, tuple[str, ...]]:
+        """GPU index -> the UUIDs of its MIG instances (MIG GPUs only)."""
+        return {g.index: tuple(m.uuid for m in g.mig) for g in self._gpus if g.mig}
+
+    def _profile(self, pod: PodRef | None, gpus_per_pod: dict[PodRef, int]) -> JobProfile:
+        if pod is None:
+            return DEFAULT_PROFILE
+        return profile_for(f"{pod.namespace}/{pod.pod}", self.seed, multi_gpu=gpus_per_pod.get(pod, 1) > 1)
 
     def _run_faults(self, now: float) -> None:
         assert self._t0 is not None
@@ -321,7 +396,55 @@ class SimSource:
             "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": g.sbe_agg,
             "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 0.0,
             "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": float(throttle),
+            **self._prof(g, util),
         }
+
+    def _prof(self, g: _Gpu, util: float) -> dict[str, float]:
+        assert g.prof_rng is not None
+        return prof_fields(util, self._profile(g.pod, self._per_pod), g.prof_rng)
+
+    def _mig_gpu(self, g: _Gpu, now: float, xids: tuple) -> GpuSample:
+        """A MIG-mode GPU: per-instance memory, utilization and profiling; the parent has no GPU_UTIL."""
+        assert g.prof_rng is not None
+        migs: list[MigInstance] = []
+        utils: list[tuple[float, float]] = []  # (utilization, share of the GPU)
+        prof_sum: dict[str, float] = {}
+        used_total = 0.0
+        for m in g.mig:
+            sl = m.slice
+            util, mem_frac = 0.0, 0.0
+            if m.pod is not None:
+                w = self._workload(m.pod, now)
+                mem_frac = w.mem_frac
+                util = min(1.0, max(0.6, w.level + g.rng.gauss(0, 0.04))) if w.busy else 0.0
+            used = round(sl.fb_mib * mem_frac) if mem_frac else 0.0
+            used_total += used
+            prof = prof_fields(util, self._profile(m.pod, {}), g.prof_rng)
+            share = sl.slices / 7.0
+            for k, v in prof.items():
+                prof_sum[k] = prof_sum.get(k, 0.0) + (v if k.endswith(PROF_RATIO_FIELDS_SUM) else v * share)
+            utils.append((util, share))
+            fields = {
+                "DCGM_FI_DEV_FB_USED": used,
+                "DCGM_FI_DEV_FB_FREE": round(sl.fb_mib) - used,
+                "DCGM_FI_DEV_FB_RESERVED": 0.0,
+                **prof,
+            }
+            migs.append(MigInstance(sl.gpu_instance_id, sl.profile, m.uuid, MappingProxyType(fields), m.pod))
+        parent_util = sum(u * s for u, s in utils)
+        saved = g.load
+        g.load = parent_util  # power, temperature and clocks follow the instances' work
+        try:
+            fields = self._fields(g, now)
+        finally:
+            g.load = saved
+        for k in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL"):
+            fields.pop(k, None)
+        usable = self.spec.fb_mib - self.spec.reserved_mib
+        fields["DCGM_FI_DEV_FB_USED"] = used_total
+        fields["DCGM_FI_DEV_FB_FREE"] = usable - used_total
+        fields.update({k: round(v, 6) for k, v in prof_sum.items()})
+        return replace(self._identity(g, fields=fields, lost=False, xids=xids), mig=tuple(migs))
 
     def _identity(self, g: _Gpu, *, fields: dict[str, float], lost: bool, xids: tuple) -> GpuSample:
         return GpuSample(

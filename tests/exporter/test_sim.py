@@ -102,3 +102,76 @@ def test_driving_the_fleet() -> None:
         s.set_load(0, 1.5)
     with pytest.raises(IndexError):
         s.inject_xid(9, 79)
+
+
+PROF = "DCGM_FI_PROF_"
+ENGINE, SM, TENSOR, DRAM = (f"{PROF}GR_ENGINE_ACTIVE", f"{PROF}SM_ACTIVE", f"{PROF}PIPE_TENSOR_ACTIVE", f"{PROF}DRAM_ACTIVE")
+
+
+def check_profiling_invariants(f) -> None:
+    ratios = {k: v for k, v in f.items() if k.startswith(PROF) and not k.endswith("_BYTES")}
+    assert all(0.0 <= v <= 1.0 for v in ratios.values()), ratios
+    assert f[ENGINE] >= f[SM] >= f[TENSOR] >= 0
+    assert f[SM] >= f[f"{PROF}SM_OCCUPANCY"]
+    parts = f[f"{PROF}PIPE_TENSOR_HMMA_ACTIVE"] + f[f"{PROF}PIPE_TENSOR_IMMA_ACTIVE"] + f[f"{PROF}PIPE_TENSOR_DFMA_ACTIVE"]
+    assert parts <= f[TENSOR] + 1e-6
+
+
+def test_profiling_fields_are_consistent_with_utilization() -> None:
+    samples = run_hours(SimSource("n", gpus=8, seed=3, fault_script=()), hours=2)
+    for s in samples:
+        for g in s.gpus:
+            f = g.fields
+            check_profiling_invariants(f)
+            assert f[ENGINE] == pytest.approx(f[UTIL] / 100, abs=0.006)  # the engine is busy when GPU_UTIL says so
+            if f[UTIL] == 0:
+                assert f[SM] == f[TENSOR] == f[DRAM] == 0 and f[f"{PROF}NVLINK_TX_BYTES"] == 0
+
+
+def test_compute_and_memory_bound_jobs_look_different() -> None:
+    by_kind: dict[str, list] = {}
+    for seed in range(6):
+        source = SimSource("n", gpus=16, pods=8, seed=seed, fault_script=())
+        kinds = [source.job_kind(i) for i in range(16)]
+        for s in run_hours(source, hours=1, step=60):
+            for g in s.gpus:
+                if kinds[g.index] and g.fields[ENGINE] > 0:
+                    by_kind.setdefault(kinds[g.index], []).append(g.fields)
+    assert {"compute", "memory", "light"} <= set(by_kind)
+
+    def mean(kind: str, num: str, den: str) -> float:
+        return statistics.mean(f[num] / f[den] for f in by_kind[kind])
+
+    assert mean("compute", TENSOR, SM) > 2 * mean("memory", TENSOR, SM)  # tensor cores busy
+    assert mean("memory", DRAM, ENGINE) > 1.5 * mean("compute", DRAM, ENGINE)  # the memory interface busy
+    # a loop of tiny kernels: GPU_UTIL and engine high, few SMs with work
+    assert mean("light", SM, ENGINE) < 0.25 < mean("compute", SM, ENGINE)
+
+
+def test_a_driven_load_is_the_engine_activity() -> None:
+    s = SimSource("n", gpus=2, pods=0, fault_script=())
+    s.set_load(0, 0.42)
+    f = s.sample(T0).gpus[0].fields
+    assert f[ENGINE] == pytest.approx(0.42) and f[UTIL] == 42
+    check_profiling_invariants(f)
+
+
+def test_mig_gpus_are_opt_in_with_instances_attributed_to_their_own_pods() -> None:
+    plain = SimSource("n", gpus=8, seed=5, fault_script=())
+    mig = SimSource("n", gpus=8, seed=5, fault_script=(), mig_gpus=2)
+    a, b = plain.sample(T0), mig.sample(T0)
+    assert all(g.mig == () for g in a.gpus)  # the default fleet has no MIG
+    assert [g.fields for g in a.gpus[:6]] == [g.fields for g in b.gpus[:6]]  # and MIG changes nothing else
+    for s in run_hours(mig, hours=0.5):
+        for g in s.gpus[6:]:
+            assert g.pod is None and UTIL not in g.fields  # NVML gives no GPU_UTIL in MIG mode
+            assert [m.profile for m in g.mig] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+            assert [m.gpu_instance_id for m in g.mig] == [2, 3, 9, 10]
+            assert [m.pod is not None for m in g.mig] == [True, True, True, False]
+            assert sum(m.fields[FB_USED] for m in g.mig) == g.fields[FB_USED]
+            for m in g.mig:
+                check_profiling_invariants(m.fields)
+            assert g.fields[ENGINE] == pytest.approx(sum(m.fields[ENGINE] * w for m, w in zip(g.mig, (3, 2, 1, 1), strict=True)) / 7, abs=1e-5)
+    assert set(mig.mig_uuids) == {6, 7} and all(u.startswith("MIG-") for us in mig.mig_uuids.values() for u in us)
+    with pytest.raises(ValueError):
+        SimSource("n", gpus=2, mig_gpus=3)
