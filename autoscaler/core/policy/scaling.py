@@ -1,7 +1,11 @@
 """The RayCluster worker-group scaling policy: desired workers per group, and how to write them.
 
 ``decide_scaling(snapshot, cluster, defaults, history, now)`` is pure; for an opted-in RayCluster
-(``queuepilot.io/autoscale: "true"``) it returns one ``GroupDecision`` per worker group:
+(``queuepilot.io/autoscale: "true"``) it returns one ``GroupDecision`` per worker group.  What all
+clusters of one snapshot share (who waits, the Workloads each RayCluster owns, the cohorts' quota)
+is one ``ScalingContext``, built once per pass.  Each group's decision is an ordered list of named
+steps (``_decide_group``), each returning (value, reason, message) as ``behavior.normalize``'s
+steps do; the reason of the last step that changed the value is the decision's reason:
 
 1. **Can we touch it?**  Suspended -> ``ClusterSuspended``; Kueue-managed (queue-name label) and not
    elastic -> ``NotScalableUnderKueue``; no write in either case.
@@ -46,19 +50,20 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Literal
+from typing import Literal, NamedTuple, overload
 
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.annotations import policy_from_annotations
-from autoscaler.core.policy.behavior import normalize
+from autoscaler.core.policy.behavior import ScalingRules, normalize
 from autoscaler.core.policy.config import ScalingDefaults
 from autoscaler.core.policy.quota import CohortTotals, admittable_gpus, cohort_totals
 from autoscaler.core.snapshot import (
     GPU_RESOURCE,
     ClusterSnapshot,
+    PodKey,
     RayClusterState,
     RayDemand,
     RayWorker,
@@ -70,22 +75,39 @@ from autoscaler.core.snapshot import (
 __all__ = [
     "GroupDecision",
     "GroupHistory",
+    "PressureIndex",
+    "ScalingContext",
     "ScalingDefaults",
     "ScalingResult",
+    "Step",
+    "WaitingIndex",
     "assign_demand",
     "decide_scaling",
     "idle_workers",
     "pending_gpu_workloads",
     "queue_pressure",
     "ray_cluster_workloads",
+    "utilization_source",
     "workers_needed",
 ]
 
 Direction = Literal["up", "down", "hold"]
 WriteMode = Literal["replicas", "min_max", "none"]
 Bundle = Mapping[str, float]
+DemandRun = tuple[Bundle, bool, int]  # (bundle shape, STRICT_SPREAD, how many)
+Waiting = tuple[float, WorkloadState]  # (seconds waited, workload)
+OwnedWorkloads = Mapping[tuple[str, str], Sequence[WorkloadState]]  # (namespace, RayCluster) -> Workloads
 
 _CHECKED = ("GPU", "CPU", "memory")
+
+
+class Step(NamedTuple):
+    """What one step of a group decision says: the replicas it arrives at, and why ("" when it left
+    the value alone)."""
+
+    value: int
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +119,31 @@ class GroupHistory:
     idle_since: Mapping[str, float] = field(default_factory=frozen_map)  # pod -> first seen idle
     user_max: int | None = None  # in-tree autoscaler case: the user's maxReplicas
     written_max: int | None = None  # the maxReplicas we last wrote
+
+    def rollback(self, old: GroupHistory) -> GroupHistory:
+        """This pass's history after its write failed: keep what was observed (recommendations, idle
+        timers, the user's maxReplicas) and forget the change that did not happen (the scale event
+        and the maxReplicas written), so that it does not count against the step limits."""
+        return replace(self, scale_events=old.scale_events, written_max=old.written_max)
+
+    def pruned(self, policy: ScalingDefaults, now: float) -> GroupHistory:
+        """Without the recommendations and scale events older than any window or period still looks back."""
+        keep_rec = max(policy.scale_up.stabilization_window_seconds, policy.scale_down.stabilization_window_seconds)
+        keep_ev = max(policy.scale_up.longest_period, policy.scale_down.longest_period)
+        return replace(
+            self,
+            recommendations=tuple((t, r) for t, r in self.recommendations if now - t < keep_rec),
+            scale_events=tuple((t, d) for t, d in self.scale_events if now - t < keep_ev),
+        )
+
+    def seeing_max(self, max_replicas: int) -> GroupHistory:
+        """In-tree autoscaler case: a maxReplicas that is not the one we wrote is the user's."""
+        if self.written_max is None or max_replicas != self.written_max or self.user_max is None:
+            return replace(self, user_max=max_replicas)
+        return self
+
+    def scaled(self, now: float, change: int) -> GroupHistory:
+        return replace(self, scale_events=(*self.scale_events, (now, change)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +210,10 @@ def _shape_text(shape: Bundle) -> str:
 
 def assign_demand(
     cluster: RayClusterState,
-) -> tuple[dict[str, list[tuple[Bundle, bool, int]]], dict[str | None, list[str]]]:
+) -> tuple[dict[str, list[DemandRun]], dict[str | None, list[str]]]:
     """Group name -> [(bundle, strict_spread, count)] for Ray's feasible pending demand; and the
     infeasible part, by the group Ray named (None: any group)."""
-    per_group: dict[str, list[tuple[Bundle, bool, int]]] = {g.name: [] for g in cluster.groups}
+    per_group: dict[str, list[DemandRun]] = {g.name: [] for g in cluster.groups}
     infeasible: dict[str | None, list[str]] = {}
     caps = {g.name: _capacity(g) for g in cluster.groups}
     for d in cluster.demand:
@@ -221,7 +268,7 @@ def workers_needed(
     full = tuple(float(cap[k]) for k in keys)
     runs: dict[tuple[tuple[float, ...], bool], int] = {}
     for b in bundles:
-        n = b[2] if len(b) > 2 else 1  # type: ignore[misc]
+        n = b[2] if len(b) == 3 else 1
         if n <= 0:
             continue
         need = tuple(max(0.0, float(b[0].get(k, 0.0))) for k in keys)
@@ -288,48 +335,74 @@ class _Group:
         return n, self.cum_gpus[n]
 
 
-class _PressureIndex:
+class PressureIndex:
     """Answers ``queue_pressure`` for any cluster in O(log n): prefix sums over the waiting list
     (longest wait first), overall and per ClusterQueue and per namespace, and for each of the two
     groupings the first workload that is not in the first workload's group."""
 
     __slots__ = ("all", "by_cq", "by_ns", "first_other_cq", "first_other_ns")
 
-    def __init__(self, waiting: Sequence[tuple[float, WorkloadState]]) -> None:
+    def __init__(self, waiting: Sequence[Waiting]) -> None:
         self.all = _Group()
         self.by_cq: dict[str | None, _Group] = {}
         self.by_ns: dict[str, _Group] = {}
         self.first_other_cq: int | None = None
         self.first_other_ns: int | None = None
-        first = waiting[0][1] if waiting else None
+        if not waiting:
+            return
+        first = waiting[0][1]
         for i, (wait, wl) in enumerate(waiting):
             gpus = wl.gpu_demand
             self.all.add(wait, gpus)
             self.by_cq.setdefault(wl.cluster_queue, _Group()).add(wait, gpus)
             self.by_ns.setdefault(wl.namespace, _Group()).add(wait, gpus)
-            if self.first_other_cq is None and wl.cluster_queue != first.cluster_queue:  # type: ignore[union-attr]
+            if self.first_other_cq is None and wl.cluster_queue != first.cluster_queue:
                 self.first_other_cq = i
-            if self.first_other_ns is None and wl.namespace != first.namespace:  # type: ignore[union-attr]
+            if self.first_other_ns is None and wl.namespace != first.namespace:
                 self.first_other_ns = i
 
 
-class WaitingWorkloads(tuple):
-    """What ``pending_gpu_workloads`` returns: a tuple of (wait, workload), longest wait first, that
-    also carries an index (built on first use) so that ``queue_pressure`` for N clusters costs
-    O(n + N log n) instead of O(N x n)."""
+@dataclass(frozen=True, slots=True)
+class WaitingIndex(Sequence[Waiting]):
+    """The pending GPU workloads without quota as (wait, workload), longest wait first, with the
+    ``PressureIndex`` over them, so that ``queue_pressure`` for N clusters costs O(n + N log n)
+    instead of O(N x n).  A read-only sequence of its entries."""
 
-    @cached_property
-    def pressure_index(self) -> _PressureIndex:
-        return _PressureIndex(self)
+    entries: tuple[Waiting, ...]
+    index: PressureIndex = field(compare=False, repr=False)
+
+    @classmethod
+    def of(cls, waiting: Sequence[Waiting]) -> WaitingIndex:
+        """``waiting`` (sorted longest wait first) with its index; an index is returned as it is."""
+        if isinstance(waiting, WaitingIndex):
+            return waiting
+        entries = tuple(waiting)
+        return cls(entries, PressureIndex(entries))
+
+    @overload
+    def __getitem__(self, i: int) -> Waiting: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Waiting, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Waiting | tuple[Waiting, ...]:
+        return self.entries[i]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[Waiting]:
+        return iter(self.entries)
 
 
-def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float) -> tuple[tuple[float, WorkloadState], ...]:
+def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float) -> WaitingIndex:
     """(wait, workload) of every pending GPU workload without quota, longest wait first; compute it
-    once per snapshot and pass it to ``decide_scaling(..., waiting=)`` when deciding many clusters."""
+    once per snapshot and pass it to ``decide_scaling(..., waiting=)`` when deciding many clusters
+    (or build one ``ScalingContext``)."""
     out = [(now - wl.queued_since, wl) for wl in snapshot.workloads.values()
            if wl.pending and not wl.quota_reserved and wl.gpu_demand > 0]
     out.sort(key=lambda x: (-x[0], x[1].key))
-    return WaitingWorkloads(out)
+    return WaitingIndex.of(out)
 
 
 def queue_pressure(
@@ -337,16 +410,19 @@ def queue_pressure(
     cluster: RayClusterState,
     wait_seconds: float,
     now: float,
-    waiting: Sequence[tuple[float, WorkloadState]] | None = None,
+    waiting: Sequence[Waiting] | None = None,
 ) -> str:
     """A description of other teams waiting (GPU workloads of other ClusterQueues pending longer than
     ``wait_seconds``), or "" when nobody waits.  ``waiting`` must be sorted longest wait first (as
     ``pending_gpu_workloads`` returns it)."""
-    if waiting is None:
-        waiting = pending_gpu_workloads(snapshot, now)
+    return _pressure(WaitingIndex.of(pending_gpu_workloads(snapshot, now) if waiting is None else waiting),
+                     cluster, wait_seconds)
+
+
+def _pressure(waiting: WaitingIndex, cluster: RayClusterState, wait_seconds: float) -> str:
     if not waiting:
         return ""
-    index = waiting.pressure_index if isinstance(waiting, WaitingWorkloads) else _PressureIndex(waiting)
+    index = waiting.index
     # others = the waiting workloads past the threshold that are not in the cluster's own group:
     # its ClusterQueue, or (a cluster outside Kueue) its namespace
     if cluster.cluster_queue is not None:
@@ -362,8 +438,8 @@ def queue_pressure(
     if count <= 0:
         return ""
     # the oldest other: the first in the list unless that one is the cluster's own (then the first
-    # of another group, which lies inside the threshold because count > 0)
-    age, oldest = waiting[first_other if first_own else 0]
+    # of another group, which lies inside the threshold because count > 0, so first_other is set)
+    age, oldest = waiting[first_other if first_own and first_other is not None else 0]
     return (f"{count} workload(s) of other queues wait for {gpus} GPUs "
             f"(oldest {oldest.key} in {oldest.cluster_queue}, {age / 60:.0f}m)")
 
@@ -408,13 +484,17 @@ def idle_workers(
     return since, removable
 
 
-def _utilization_floor(group: WorkerGroupState, policy: ScalingDefaults, current: int) -> tuple[int, str]:
-    """HPA core rule on the ready workers: ``ceil(ready * mean / target)``, current within tolerance."""
+def _utilization_floor(
+    group: WorkerGroupState, policy: ScalingDefaults, current: int, gpu_source: str = ""
+) -> tuple[int, str]:
+    """HPA core rule on the ready workers: ``ceil(ready * mean / target)``, current within tolerance.
+    ``gpu_source`` names the GPU utilization signal in the explanation (see ``utilization_source``)."""
     gpu_group = group.gpus_per_worker > 0
     ready = [w for w in group.workers if w.ready and w.phase == "Running" and not w.deleting]
-    floors = []
-    details = []
-    metrics = [("GPU", [w.gpu_utilization for w in ready], policy.target_gpu_utilization)] if gpu_group else [
+    floors: list[int] = []
+    details: list[str] = []
+    gpu_name = f"GPU {gpu_source}" if gpu_source else "GPU"
+    metrics = [(gpu_name, [w.gpu_utilization for w in ready], policy.target_gpu_utilization)] if gpu_group else [
         ("CPU", [w.cpu_utilization for w in ready], policy.target_cpu_utilization),
         ("memory", [w.memory_utilization for w in ready], policy.target_memory_utilization),
     ]
@@ -434,6 +514,22 @@ def _utilization_floor(group: WorkerGroupState, policy: ScalingDefaults, current
     return max(floors), ", ".join(details)
 
 
+
+
+def utilization_source(snapshot: ClusterSnapshot, namespace: str, workers: Sequence[RayWorker]) -> str:
+    """Which GPU utilization signal the workers' numbers come from (``GpuState.utilization_source`` of
+    the GPUs attributed to their pods: "gr_engine_active", "sm_active" or "gpu_util"), several joined
+    by "/"; "" when the GPU signal does not say.  Only explanations use it, never a decision."""
+    found: set[str] = set()
+    for w in workers:
+        n = snapshot.nodes.get(w.node) if w.node else None
+        if n is None:
+            continue
+        key = PodKey(namespace, w.pod)
+        found.update(g.utilization_source for g in n.gpus if g.utilization_source and g.pod == key)
+    return "/".join(sorted(found))
+
+
 # ------------------------------------------------------------------------------------------ headroom
 def ray_cluster_workloads(snapshot: ClusterSnapshot) -> Mapping[tuple[str, str], tuple[WorkloadState, ...]]:
     """(namespace, RayCluster name) -> the Workloads it owns, in snapshot order; build it once per
@@ -445,226 +541,380 @@ def ray_cluster_workloads(snapshot: ClusterSnapshot) -> Mapping[tuple[str, str],
     return frozen_map({k: tuple(v) for k, v in out.items()})
 
 
-def _headroom_replicas(
-    snapshot: ClusterSnapshot,
-    cluster: RayClusterState,
-    group: WorkerGroupState,
-    owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
-    cohorts: CohortTotals | None = None,
-) -> tuple[int | None, str]:
-    """Most replicas the ClusterQueue can still admit for this group (None: unlimited), and why:
-    its own unused nominal quota plus what it may borrow from its cohort (``policy.quota``)."""
-    if not cluster.kueue_managed or group.gpus_per_worker <= 0:
-        return None, ""
-    cq = snapshot.cluster_queues.get(cluster.cluster_queue or "")
-    if cq is None:
-        return 0, f"ClusterQueue of queue {cluster.queue_name!r} unknown"
-    flavor = None
-    if owned is None:
-        owned = ray_cluster_workloads(snapshot)
-    for wl in owned.get((cluster.namespace, cluster.name), ()):
-        flavor = wl.flavors.get(group.name.lower(), {}).get(GPU_RESOURCE) or flavor
-    flavors = [flavor] if flavor else sorted(cq.nominal_gpus)
-    if cohorts is None:
-        cohorts = cohort_totals(snapshot.cluster_queues)
-    headroom = borrowed = 0.0
-    for f in flavors:
-        h, b = admittable_gpus(cq, f, cohorts)
-        headroom, borrowed = headroom + h, borrowed + b
-    per_replica = group.gpus_per_worker * max(1, group.num_of_hosts)
-    why = f"ClusterQueue {cq.name} can admit {headroom:g} more GPUs on {', '.join(flavors)}"
-    if borrowed:
-        why += f" ({borrowed:g} borrowed from cohort {cq.cohort})"
-    return int(headroom // per_replica), why
+# ------------------------------------------------------------------------------------------- context
+@dataclass(frozen=True)
+class ScalingContext:
+    """What the decisions for every RayCluster of one snapshot share; build it once per pass with
+    ``ScalingContext.build`` and pass it to ``decide_scaling(..., context=)``.
+
+    ``waiting``: the pending GPU workloads with their pressure index (queue pressure).  ``owned``
+    (the Workloads each RayCluster owns) and ``cohorts`` (the cohorts' quota totals) serve the quota
+    headroom of elastic Kueue clusters; they are computed on first use unless given.
+    """
+
+    snapshot: ClusterSnapshot
+    now: float
+    waiting: WaitingIndex
+    given_owned: OwnedWorkloads | None = field(default=None, repr=False)
+    given_cohorts: CohortTotals | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        snapshot: ClusterSnapshot,
+        now: float,
+        *,
+        waiting: Sequence[Waiting] | None = None,
+        owned: OwnedWorkloads | None = None,
+        cohorts: CohortTotals | None = None,
+    ) -> ScalingContext:
+        """The context of ``snapshot`` at ``now``; ``waiting`` (``pending_gpu_workloads``), ``owned``
+        (``ray_cluster_workloads``) and ``cohorts`` (``cohort_totals``) when already computed."""
+        index = WaitingIndex.of(pending_gpu_workloads(snapshot, now) if waiting is None else waiting)
+        return cls(snapshot, now, index, owned, cohorts)
+
+    @cached_property
+    def owned(self) -> OwnedWorkloads:
+        return ray_cluster_workloads(self.snapshot) if self.given_owned is None else self.given_owned
+
+    @cached_property
+    def cohorts(self) -> CohortTotals:
+        return cohort_totals(self.snapshot.cluster_queues) if self.given_cohorts is None else self.given_cohorts
+
+    def pressure(self, cluster: RayClusterState, wait_seconds: float) -> str:
+        """``queue_pressure`` for ``cluster`` from the shared index."""
+        return _pressure(self.waiting, cluster, wait_seconds)
+
+    def headroom(self, cluster: RayClusterState, group: WorkerGroupState) -> tuple[int | None, str]:
+        """Most replicas the ClusterQueue can still admit for this group (None: unlimited), and why:
+        its own unused nominal quota plus what it may borrow from its cohort (``policy.quota``)."""
+        if not cluster.kueue_managed or group.gpus_per_worker <= 0:
+            return None, ""
+        cq = self.snapshot.cluster_queues.get(cluster.cluster_queue or "")
+        if cq is None:
+            return 0, f"ClusterQueue of queue {cluster.queue_name!r} unknown"
+        flavor = None
+        for wl in self.owned.get((cluster.namespace, cluster.name), ()):
+            flavor = wl.flavors.get(group.name.lower(), {}).get(GPU_RESOURCE) or flavor
+        flavors = [flavor] if flavor else sorted(cq.nominal_gpus)
+        headroom = borrowed = 0.0
+        for f in flavors:
+            h, b = admittable_gpus(cq, f, self.cohorts)
+            headroom, borrowed = headroom + h, borrowed + b
+        per_replica = group.gpus_per_worker * max(1, group.num_of_hosts)
+        why = f"ClusterQueue {cq.name} can admit {headroom:g} more GPUs on {', '.join(flavors)}"
+        if borrowed:
+            why += f" ({borrowed:g} borrowed from cohort {cq.cohort})"
+        return int(headroom // per_replica), why
 
 
-# ------------------------------------------------------------------------------------------- decide
-def _prune(h: GroupHistory, policy: ScalingDefaults, now: float) -> GroupHistory:
-    keep_rec = max(policy.scale_up.stabilization_window_seconds, policy.scale_down.stabilization_window_seconds)
-    keep_ev = max(policy.scale_up.longest_period, policy.scale_down.longest_period)
-    return replace(
-        h,
-        recommendations=tuple((t, r) for t, r in h.recommendations if now - t < keep_rec),
-        scale_events=tuple((t, d) for t, d in h.scale_events if now - t < keep_ev),
-    )
+# ---------------------------------------------------------------------------------------- one group
+@dataclass(frozen=True, slots=True)
+class _GroupCase:
+    """One worker group's inputs for one pass: what every step reads."""
 
+    ctx: ScalingContext
+    cluster: RayClusterState
+    group: WorkerGroupState
+    policy: ScalingDefaults
+    demand: tuple[DemandRun, ...]  # Ray's feasible pending demand assigned to this group
+    infeasible_demand: tuple[str, ...]  # and the infeasible part reported on it
+    pressure: str  # other queues waiting ("" when none)
+    pending_gpus: int
+    pending_bundles: int
+    stale_list: bool  # workersToDelete is set and names only pods that are gone
 
-def _decide_group(
-    snapshot: ClusterSnapshot,
-    cluster: RayClusterState,
-    group: WorkerGroupState,
-    policy: ScalingDefaults,
-    h: GroupHistory,
-    demand: list[tuple[Bundle, bool, int]],
-    infeasible_demand: tuple[str, ...],
-    pressure: str,
-    now: float,
-    owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
-    cohorts: CohortTotals | None = None,
-) -> tuple[GroupDecision, GroupHistory]:
-    current, lo, hi = group.replicas, group.min_replicas, group.max_replicas
-    gpu_group = group.gpus_per_worker > 0
-    in_tree = cluster.in_tree_autoscaler
-    pending_gpus = int(sum(b.get("GPU", 0.0) * n for b, _, n in demand))
-    pending_bundles = sum(n for _, _, n in demand)
-    h = _prune(h, policy, now)
-    if in_tree:
-        user_max = hi if (h.written_max is None or hi != h.written_max or h.user_max is None) else h.user_max
-        h = replace(h, user_max=user_max)
+    @classmethod
+    def of(cls, ctx: ScalingContext, cluster: RayClusterState, group: WorkerGroupState, policy: ScalingDefaults,
+           demand: Sequence[DemandRun], infeasible_demand: tuple[str, ...], pressure: str) -> _GroupCase:
+        existing = {w.pod for w in group.workers}
+        return cls(ctx, cluster, group, policy, tuple(demand), infeasible_demand, pressure,
+                   pending_gpus=int(sum(b.get("GPU", 0.0) * n for b, _, n in demand)),
+                   pending_bundles=sum(n for _, _, n in demand),
+                   stale_list=bool(group.workers_to_delete) and not (set(group.workers_to_delete) & existing))
 
-    def out(direction: Direction, reason: str, message: str, desired: int, **kw) -> GroupDecision:
+    @property
+    def now(self) -> float:
+        return self.ctx.now
+
+    @property
+    def current(self) -> int:
+        return self.group.replicas
+
+    @property
+    def gpu_group(self) -> bool:
+        return self.group.gpus_per_worker > 0
+
+    @property
+    def in_tree(self) -> bool:
+        return self.cluster.in_tree_autoscaler
+
+    @property
+    def hosts(self) -> int:
+        return max(1, self.group.num_of_hosts)
+
+    @property
+    def clears_list(self) -> bool:
+        """A hold may still clear a workersToDelete whose pods are all gone (we own that list)."""
+        return self.stale_list and not self.in_tree
+
+    def decision(
+        self, direction: Direction, reason: str, message: str, desired: int, *,
+        workers_to_delete: tuple[str, ...] = (), write: WriteMode = "none", new_min: int | None = None,
+        new_max: int | None = None, idle_gpus: int = 0, infeasible: tuple[str, ...] = (),
+        clear_workers_to_delete: bool = False,
+    ) -> GroupDecision:
         return GroupDecision(
-            namespace=cluster.namespace, cluster=cluster.name, group=group.name, direction=direction, reason=reason,
-            message=message[:1024], current=current, desired=desired, min_replicas=lo, max_replicas=hi,
-            pending_gpus=pending_gpus, resource_version=cluster.resource_version, **kw,
+            namespace=self.cluster.namespace, cluster=self.cluster.name, group=self.group.name, direction=direction,
+            reason=reason, message=message[:1024], current=self.current, desired=desired,
+            min_replicas=self.group.min_replicas, max_replicas=self.group.max_replicas,
+            workers_to_delete=workers_to_delete, write=write, new_min=new_min, new_max=new_max, idle_gpus=idle_gpus,
+            pending_gpus=self.pending_gpus, infeasible=infeasible, clear_workers_to_delete=clear_workers_to_delete,
+            resource_version=self.cluster.resource_version,
         )
 
+    def hold(self, step: Step, *, may_clear: bool = False) -> GroupDecision:
+        """No change, for ``step``'s reason.  The only write a hold may carry (``may_clear``) clears a
+        workersToDelete whose pods are all gone."""
+        clear = may_clear and self.clears_list
+        return self.decision("hold", step.reason, step.message, self.current, clear_workers_to_delete=clear,
+                             write="replicas" if clear else "none")
+
+
+@dataclass(frozen=True, slots=True)
+class _Workers:
+    """What the group's workers say this pass (idleness, starting and never-made replicas)."""
+
+    window: float  # idle window in force (the pressured one while others wait)
+    idle_since: Mapping[str, float]  # pod -> first seen idle, for the next pass
+    removable: tuple[RayWorker, ...]  # idle for the window, idlest first
+    idle_gpus: int
+    cap: Mapping[str, float]  # one worker's Ray resources
+    need: int  # new workers the pending demand needs
+    starting: int  # workers asked for and not Running and ready yet
+    unmade: int  # replicas asked for whose pods do not exist
+    add_workers: int  # workers to add: need less those already on the way
+
+
+# 1. guards ---------------------------------------------------------------------------------------
+def _guards(case: _GroupCase) -> Step:
+    """Can we touch the group at all?  A reason means: hold, write nothing."""
+    cluster, group, current = case.cluster, case.group, case.current
     if cluster.suspended:
-        return out("hold", R.CLUSTER_SUSPENDED, "the RayCluster is suspended; nothing to scale", current), h
+        return Step(current, R.CLUSTER_SUSPENDED, "the RayCluster is suspended; nothing to scale")
     if cluster.kueue_managed and not cluster.elastic:
-        return out("hold", R.NOT_SCALABLE_UNDER_KUEUE,
-                   f"managed by Kueue (queue {cluster.queue_name}) and not elastic: a replica change would make "
-                   "Kueue suspend and requeue it; set kueue.x-k8s.io/elastic-job: \"true\" to allow scaling",
-                   current), h
+        return Step(current, R.NOT_SCALABLE_UNDER_KUEUE,
+                    f"managed by Kueue (queue {cluster.queue_name}) and not elastic: a replica change would make "
+                    "Kueue suspend and requeue it; set kueue.x-k8s.io/elastic-job: \"true\" to allow scaling")
+    if group.workers_to_delete and not case.stale_list and not case.in_tree:
+        left = sorted(set(group.workers_to_delete) & {w.pod for w in group.workers})
+        return Step(current, R.WAITING_FOR_WORKER_DELETION,
+                    f"waiting for the operator to delete {len(left)} worker(s): {', '.join(left[:10])}")
+    return Step(current, "", "")
 
-    existing = {w.pod for w in group.workers}
-    stale_list = bool(group.workers_to_delete) and not (set(group.workers_to_delete) & existing)
-    if group.workers_to_delete and not stale_list and not in_tree:
-        left = sorted(set(group.workers_to_delete) & existing)
-        return out("hold", R.WAITING_FOR_WORKER_DELETION,
-                   f"waiting for the operator to delete {len(left)} worker(s): {', '.join(left[:10])}", current), h
 
-    sig = cluster.demand_signal
+# 2. signal freshness -----------------------------------------------------------------------------
+def _signal_freshness(case: _GroupCase) -> Step:
+    """Are the inputs fresh?  A reason means: hold (no scale-down on incomplete data), idle timers reset."""
+    current, now = case.current, case.now
+    sig = case.cluster.demand_signal
     if sig is None or sig.is_stale(now):
         age = sig.age(now) if sig else None
-        h = replace(h, idle_since=frozen_map())
-        return out("hold", R.RAY_SIGNAL_STALE,
-                   "Ray demand signal " + ("missing" if age is None else f"{age:.0f}s old") + "; holding at "
-                   f"{current} (no scale-down on incomplete data)", current,
-                   clear_workers_to_delete=stale_list and not in_tree,
-                   write="replicas" if stale_list and not in_tree else "none"), h
-    if gpu_group and snapshot.gpu_signal_stale():
-        h = replace(h, idle_since=frozen_map())
-        return out("hold", R.GPU_SIGNAL_STALE, f"GPU signal stale; holding at {current}", current,
-                   clear_workers_to_delete=stale_list and not in_tree,
-                   write="replicas" if stale_list and not in_tree else "none"), h
+        return Step(current, R.RAY_SIGNAL_STALE,
+                    "Ray demand signal " + ("missing" if age is None else f"{age:.0f}s old") + "; holding at "
+                    f"{current} (no scale-down on incomplete data)")
+    if case.gpu_group and case.ctx.snapshot.gpu_signal_stale():
+        return Step(current, R.GPU_SIGNAL_STALE, f"GPU signal stale; holding at {current}")
+    return Step(current, "", "")
 
-    # ---- 3. recommendation
-    window = policy.pressured_idle_window_seconds if pressure else policy.idle_window_seconds
+
+# 3. recommendation -------------------------------------------------------------------------------
+def _observe(case: _GroupCase, h: GroupHistory) -> _Workers:
+    group, policy, in_tree = case.group, case.policy, case.in_tree
+    window = policy.pressured_idle_window_seconds if case.pressure else policy.idle_window_seconds
     # idle-actor reclaim (opt-in): only where queuepilot names the pods to delete (in-tree off), and
     # only while no pending Ray demand of the cluster could run on this group's workers
-    reclaim = policy.reclaim_idle_actors and gpu_group and not in_tree and not _demand_fits_group(cluster, group)
-    since, removable = idle_workers(group, policy, h.idle_since, window, now, reclaim=reclaim,
+    reclaim = policy.reclaim_idle_actors and case.gpu_group and not in_tree and not _demand_fits_group(
+        case.cluster, group)
+    since, removable = idle_workers(group, policy, h.idle_since, window, case.now, reclaim=reclaim,
                                     actor_window=policy.idle_window_seconds)
-    h = replace(h, idle_since=frozen_map(since))
-    idle_gpus = sum(w.gpus or group.gpus_per_worker for w in removable) if gpu_group else 0
-    infeasible = list(infeasible_demand)
+    idle_gpus = sum(w.gpus or group.gpus_per_worker for w in removable) if case.gpu_group else 0
     cap = _capacity(group)
-    need = workers_needed(demand, cap) if demand else 0
+    need = workers_needed(case.demand, cap) if case.demand else 0
     starting = sum(1 for w in group.workers if not w.deleting and (w.phase != "Running" or not w.ready))
-    hosts = max(1, group.num_of_hosts)
     # replicas already asked for whose pods do not exist yet (KubeRay could not create them: quota,
     # no free GPU) are in flight like starting ones: asking again would ratchet replicas up to
     # maxReplicas, and a scale-down computed from such a replicas value would still lie above the
     # pods that exist, so the operator would delete none of workersToDelete (one-host groups where
     # queuepilot writes replicas; with the in-tree autoscaler the gap is Ray's own scale-up)
-    unmade = (max(0, current - sum(1 for w in group.workers if not w.deleting))
-              if hosts == 1 and not in_tree else 0)
-    add_workers = max(0, need - starting - unmade)
-    if add_workers > 0:
-        raw = current + math.ceil(add_workers / hosts)
-        reason = R.PENDING_DEMAND
-        msg = (f"{pending_bundles} pending Ray bundle(s) ({pending_gpus} GPUs) need {need} worker(s) of "
-               f"{_shape_text(cap)}; {starting} starting")
-    elif removable and hosts == 1:
-        raw = current - unmade - len(removable)
-        reason = R.IDLE_WORKERS_QUEUE_PRESSURE if pressure else R.IDLE_WORKERS
-        what = "GPU" if gpu_group else "CPU"
-        msg = (f"{len(removable)} worker(s) idle ({what} use under "
-               f"{(policy.idle_gpu_utilization if gpu_group else policy.idle_cpu_utilization):.0%}, no Ray work) "
-               f"for {window / 60:g}m" + (f" while {pressure}" if pressure else ""))
-        held = [w.pod for w in removable if w.ray_busy is True]
-        if held:
-            reason = R.IDLE_ACTORS_RECLAIMED
-            msg += (f"; {len(held)} of them hold Ray actors/tasks with the GPU under "
-                    f"{policy.idle_gpu_utilization:.0%} for {policy.idle_window_seconds / 60:g}m "
-                    f"(reclaim-idle-actors: their actors are killed): {', '.join(held[:10])}")
-        if not pressure:
-            floor, detail = _utilization_floor(group, policy, current - unmade)
-            if floor > raw:
-                raw = min(current - unmade, floor)
-                reason = R.KEPT_FOR_UTILIZATION_TARGET
-                msg += f"; keeping {raw} for the utilization target ({detail})"
-    elif infeasible:
-        raw = current - max(0, unmade - max(0, need - starting))
-        reason = R.INFEASIBLE_DEMAND
-        msg = "no feasible pending demand; " + "; ".join(infeasible)
+    unmade = (max(0, case.current - sum(1 for w in group.workers if not w.deleting))
+              if case.hosts == 1 and not in_tree else 0)
+    return _Workers(window=window, idle_since=frozen_map(since), removable=tuple(removable), idle_gpus=idle_gpus,
+                    cap=cap, need=need, starting=starting, unmade=unmade,
+                    add_workers=max(0, need - starting - unmade))
+
+
+def _recommend(case: _GroupCase, ws: _Workers) -> Step:
+    """The HPA "calculate" step: replicas for the pending demand, or without the idle workers."""
+    current = case.current
+    if ws.add_workers > 0:
+        return Step(current + math.ceil(ws.add_workers / case.hosts), R.PENDING_DEMAND,
+                    f"{case.pending_bundles} pending Ray bundle(s) ({case.pending_gpus} GPUs) need {ws.need} "
+                    f"worker(s) of {_shape_text(ws.cap)}; {ws.starting} starting")
+    if ws.removable and case.hosts == 1:
+        return _idle_step(case, ws)
+    # keep the unmade replicas pending demand still needs; drop the rest (they would start idle)
+    raw = current - max(0, ws.unmade - max(0, ws.need - ws.starting))
+    if case.infeasible_demand:
+        return Step(raw, R.INFEASIBLE_DEMAND, "no feasible pending demand; " + "; ".join(case.infeasible_demand))
+    msg = "no pending demand and no worker idle for the window"
+    if raw < current:
+        msg = (f"{current - raw} replica(s) never got a pod and no pending demand needs them; "
+               f"replicas follow the {current - ws.unmade} worker(s) that exist")
+    return Step(raw, R.WITHIN_TARGET, msg)
+
+
+def _idle_step(case: _GroupCase, ws: _Workers) -> Step:
+    """Without the removable idle workers; without queue pressure the utilization target is a floor."""
+    current, policy, pressure, removable = case.current, case.policy, case.pressure, ws.removable
+    raw = current - ws.unmade - len(removable)
+    reason = R.IDLE_WORKERS_QUEUE_PRESSURE if pressure else R.IDLE_WORKERS
+    source = ""
+    if case.gpu_group:
+        source = utilization_source(case.ctx.snapshot, case.cluster.namespace, removable)
+        use, threshold = (f"GPU {source}" if source else "GPU use"), policy.idle_gpu_utilization
     else:
-        # keep the unmade replicas pending demand still needs; drop the rest (they would start idle)
-        raw = current - max(0, unmade - max(0, need - starting))
-        reason = R.WITHIN_TARGET
-        msg = "no pending demand and no worker idle for the window"
-        if raw < current:
-            msg = (f"{current - raw} replica(s) never got a pod and no pending demand needs them; "
-                   f"replicas follow the {current - unmade} worker(s) that exist")
+        use, threshold = "CPU use", policy.idle_cpu_utilization
+    msg = (f"{len(removable)} worker(s) idle ({use} under {threshold:.0%}, no Ray work) "
+           f"for {ws.window / 60:g}m" + (f" while {pressure}" if pressure else ""))
+    held = [w.pod for w in removable if w.ray_busy is True]
+    if held:
+        gpu = f"GPU {source}" if source else "the GPU"
+        reason = R.IDLE_ACTORS_RECLAIMED
+        msg += (f"; {len(held)} of them hold Ray actors/tasks with {gpu} under "
+                f"{policy.idle_gpu_utilization:.0%} for {policy.idle_window_seconds / 60:g}m "
+                f"(reclaim-idle-actors: their actors are killed): {', '.join(held[:10])}")
+    if not pressure:
+        gpu_source = utilization_source(case.ctx.snapshot, case.cluster.namespace,
+                                        case.group.workers) if case.gpu_group else ""
+        floor, detail = _utilization_floor(case.group, policy, current - ws.unmade, gpu_source)
+        if floor > raw:
+            raw = min(current - ws.unmade, floor)
+            reason = R.KEPT_FOR_UTILIZATION_TARGET
+            msg += f"; keeping {raw} for the utilization target ({detail})"
+    return Step(raw, reason, msg)
 
-    # quota headroom (Kueue elastic): never ask for more than the ClusterQueue can admit
-    if raw > current:
-        room, why = _headroom_replicas(snapshot, cluster, group, owned, cohorts)
-        if room is not None and raw > current + room:
-            infeasible.append(f"{raw - current - room} replica(s) wanted beyond quota headroom ({why})")
-            raw = current + room
-            reason, msg = R.QUOTA_HEADROOM_LIMIT, f"{msg}; {why}"
-    if raw > hi and add_workers > 0:
-        infeasible.append(f"{raw - max(current, hi)} more replica(s) wanted, group at maxReplicas {hi}")
 
-    # ---- 4. behavior (while others wait, the scale-down window is at most the pressured idle window)
-    down = policy.scale_down
-    if pressure and down.stabilization_window_seconds > policy.pressured_idle_window_seconds:
+# 4. headroom -------------------------------------------------------------------------------------
+def _quota_headroom(case: _GroupCase, raw: int) -> Step:
+    """Kueue elastic clusters: never ask for more than the ClusterQueue can admit."""
+    if raw > case.current:
+        room, why = case.ctx.headroom(case.cluster, case.group)
+        if room is not None and raw > case.current + room:
+            return Step(case.current + room, R.QUOTA_HEADROOM_LIMIT, why)
+    return Step(raw, "", "")
+
+
+def _unmet(case: _GroupCase, wanted: int, allowed: Step, ws: _Workers) -> tuple[str, ...]:
+    """What stays unmet, for ``GroupDecision.infeasible``: the infeasible demand, replicas beyond the
+    quota headroom, replicas beyond maxReplicas."""
+    out = list(case.infeasible_demand)
+    if allowed.reason:
+        out.append(f"{wanted - allowed.value} replica(s) wanted beyond quota headroom ({allowed.message})")
+    hi = case.group.max_replicas
+    if allowed.value > hi and ws.add_workers > 0:
+        out.append(f"{allowed.value - max(case.current, hi)} more replica(s) wanted, group at maxReplicas {hi}")
+    return tuple(out)
+
+
+# 5. behaviour normalisation ----------------------------------------------------------------------
+def _behaviour(case: _GroupCase, h: GroupHistory, raw: int) -> Step:
+    """``behavior.normalize``: stabilization, step limits, [min, max].  While others wait, the
+    scale-down window is at most the pressured idle window (else the 300 s default would outlast it)."""
+    policy = case.policy
+    down: ScalingRules = policy.scale_down
+    if case.pressure and down.stabilization_window_seconds > policy.pressured_idle_window_seconds:
         down = replace(down, stabilization_window_seconds=int(policy.pressured_idle_window_seconds))
-    norm = normalize(raw, current, lo, hi, h.recommendations, h.scale_events, policy.scale_up, down, now)
-    final = norm.replicas
-    if norm.reason:
-        reason, msg = norm.reason, f"{msg}; {norm.message}"
-    h = replace(h, recommendations=(*h.recommendations, (now, raw)))
+    g = case.group
+    norm = normalize(raw, case.current, g.min_replicas, g.max_replicas, h.recommendations, h.scale_events,
+                     policy.scale_up, down, case.now)
+    return Step(norm.replicas, norm.reason, norm.message)
+
+
+# 6. write plan -----------------------------------------------------------------------------------
+def _write_replicas(case: _GroupCase, ws: _Workers, h: GroupHistory, final: int, reason: str, msg: str,
+                    infeasible: tuple[str, ...]) -> tuple[GroupDecision, GroupHistory]:
+    """In-tree autoscaler off: write ``replicas`` and name the idlest removable pods in workersToDelete."""
+    current = case.current
     direction: Direction = "up" if final > current else "down" if final < current else "hold"
+    to_delete: tuple[str, ...] = ()
+    if final < current:
+        to_delete = tuple(w.pod for w in ws.removable[: current - ws.unmade - final])
+    changed = final != current
+    if changed:
+        h = h.scaled(case.now, final - current)
+    if not changed and case.stale_list:
+        reason, msg = R.WORKERS_DELETED, f"the pods in workersToDelete are gone; clearing it ({msg})"
+    verb = {"up": "scale up", "down": "scale down", "hold": "hold"}[direction]
+    text = f"{verb} {current} -> {final}: {msg}" + (f"; deleting {', '.join(to_delete)}" if to_delete else "")
+    return case.decision(direction, reason, text, final, workers_to_delete=to_delete,
+                         write="replicas" if changed or case.stale_list else "none", idle_gpus=ws.idle_gpus,
+                         infeasible=infeasible, clear_workers_to_delete=case.stale_list and not to_delete), h
 
-    # ---- 5. write
-    if not in_tree:
-        to_delete: tuple[str, ...] = ()
-        if final < current:
-            to_delete = tuple(w.pod for w in removable[: current - unmade - final])
-        changed = final != current
-        if changed:
-            h = replace(h, scale_events=(*h.scale_events, (now, final - current)))
-        if not changed and stale_list:
-            reason, msg = R.WORKERS_DELETED, f"the pods in workersToDelete are gone; clearing it ({msg})"
-        write: WriteMode = "replicas" if changed or stale_list else "none"
-        verb = {"up": "scale up", "down": "scale down", "hold": "hold"}[direction]
-        text = f"{verb} {current} -> {final}: {msg}" + (f"; deleting {', '.join(to_delete)}" if to_delete else "")
-        return out(direction, reason, text, final, workers_to_delete=to_delete, write=write, idle_gpus=idle_gpus,
-                   infeasible=tuple(infeasible), clear_workers_to_delete=stale_list and not to_delete), h
 
-    # in-tree autoscaler on: steer maxReplicas only
+def _write_max(case: _GroupCase, ws: _Workers, h: GroupHistory, final: int, reason: str, msg: str,
+               infeasible: tuple[str, ...]) -> tuple[GroupDecision, GroupHistory]:
+    """In-tree autoscaler on: steer ``maxReplicas`` only (lowered to shed idle workers, restored to the
+    user's value afterwards, capped by quota headroom); Ray's autoscaler owns ``replicas``."""
+    current, lo, hi = case.current, case.group.min_replicas, case.group.max_replicas
+    direction: Direction = "up" if final > current else "down" if final < current else "hold"
     target_max = h.user_max if h.user_max is not None else hi
     if final < current:
         target_max = final
-    room, why = _headroom_replicas(snapshot, cluster, group, owned, cohorts)
+    room, why = case.ctx.headroom(case.cluster, case.group)
     if room is not None:
         target_max = min(target_max, current + room)
     target_max = max(target_max, lo)
-    if target_max != hi:
-        h = replace(h, written_max=target_max)
-        if final < current:
-            h = replace(h, scale_events=(*h.scale_events, (now, final - current)))
-        text = (f"maxReplicas {hi} -> {target_max} (Ray's autoscaler owns replicas, currently {current}): {msg}"
-                + (f"; {why}" if why and room is not None and target_max == current + room else ""))
-        return out("down" if target_max < current else direction, reason, text, min(final, target_max),
-                   write="min_max", new_min=lo, new_max=target_max, idle_gpus=idle_gpus,
-                   infeasible=tuple(infeasible)), h
-    return out(direction if direction != "down" else "hold", reason,
-               f"maxReplicas stays {hi} (Ray's autoscaler owns replicas, currently {current}): {msg}", current,
-               idle_gpus=idle_gpus, infeasible=tuple(infeasible)), h
+    if target_max == hi:
+        return case.decision(direction if direction != "down" else "hold", reason,
+                             f"maxReplicas stays {hi} (Ray's autoscaler owns replicas, currently {current}): {msg}",
+                             current, idle_gpus=ws.idle_gpus, infeasible=infeasible), h
+    h = replace(h, written_max=target_max)
+    if final < current:
+        h = h.scaled(case.now, final - current)
+    text = (f"maxReplicas {hi} -> {target_max} (Ray's autoscaler owns replicas, currently {current}): {msg}"
+            + (f"; {why}" if why and room is not None and target_max == current + room else ""))
+    return case.decision("down" if target_max < current else direction, reason, text, min(final, target_max),
+                         write="min_max", new_min=lo, new_max=target_max, idle_gpus=ws.idle_gpus,
+                         infeasible=infeasible), h
+
+
+def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, GroupHistory]:
+    """The named steps in order: guards -> signal freshness -> recommendation -> headroom ->
+    behaviour normalisation -> write plan.  Each step's reason, when it has one, becomes the
+    decision's reason and its message is appended to the explanation."""
+    h = h.pruned(case.policy, case.now)
+    if case.in_tree:
+        h = h.seeing_max(case.group.max_replicas)
+    guard = _guards(case)
+    if guard.reason:
+        return case.hold(guard), h
+    fresh = _signal_freshness(case)
+    if fresh.reason:
+        return case.hold(fresh, may_clear=True), replace(h, idle_since=frozen_map())
+    ws = _observe(case, h)
+    h = replace(h, idle_since=ws.idle_since)
+    raw, reason, msg = _recommend(case, ws)
+    capped = _quota_headroom(case, raw)
+    infeasible = _unmet(case, raw, capped, ws)
+    if capped.reason:
+        raw, reason, msg = capped.value, capped.reason, f"{msg}; {capped.message}"
+    final, why, more = _behaviour(case, h, raw)
+    if why:
+        reason, msg = why, f"{msg}; {more}"
+    h = replace(h, recommendations=(*h.recommendations, (case.now, raw)))
+    write = _write_max if case.in_tree else _write_replicas
+    return write(case, ws, h, final, reason, msg, infeasible)
 
 
 def decide_scaling(
@@ -674,31 +924,36 @@ def decide_scaling(
     history: Mapping[str, GroupHistory],
     now: float,
     *,
-    waiting: Sequence[tuple[float, WorkloadState]] | None = None,
-    owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
+    waiting: Sequence[Waiting] | None = None,
+    owned: OwnedWorkloads | None = None,
     cohorts: CohortTotals | None = None,
+    context: ScalingContext | None = None,
 ) -> ScalingResult:
     """One decision per worker group of an opted-in RayCluster (none otherwise); pure, deterministic.
 
     ``history`` maps group name -> ``GroupHistory`` from the previous pass (empty at first); the
-    returned history replaces it (groups no longer present are dropped).  ``waiting``: the result
-    of ``pending_gpu_workloads(snapshot, now)``, and ``owned``: the result of
-    ``ray_cluster_workloads(snapshot)``, and ``cohorts``: ``cohort_totals(snapshot.cluster_queues)``,
-    to share between clusters (computed when None).
+    returned history replaces it (groups no longer present are dropped).  ``context``: the pass's
+    ``ScalingContext.build(snapshot, now)``, shared by all clusters (built here when None, from
+    ``waiting`` = ``pending_gpu_workloads(snapshot, now)``, ``owned`` = ``ray_cluster_workloads(snapshot)``
+    and ``cohorts`` = ``cohort_totals(snapshot.cluster_queues)`` where given).
     """
     if not cluster.opted_in:
         return ScalingResult(decisions=(), history=frozen_map(), warnings=())
+    if context is None:
+        context = ScalingContext.build(snapshot, now, waiting=waiting, owned=owned, cohorts=cohorts)
+    elif context.snapshot is not snapshot or context.now != now:
+        raise ValueError("decide_scaling: the context was built for another snapshot or time")
     policy, warnings = policy_from_annotations(cluster.annotations, defaults)
     demand, infeasible = assign_demand(cluster)
-    pressure = queue_pressure(snapshot, cluster, policy.queue_pressure_wait_seconds, now, waiting)
+    pressure = context.pressure(cluster, policy.queue_pressure_wait_seconds)
     decisions = []
     new_hist: dict[str, GroupHistory] = {}
     for group in cluster.groups:
         # unscoped infeasible demand is reported once, on the first group
         mine = tuple(infeasible.get(group.name, ())) + (tuple(infeasible.get(None, ())) if group is cluster.groups[0]
                                                         else ())
-        d, h = _decide_group(snapshot, cluster, group, policy, history.get(group.name, GroupHistory()),
-                             demand.get(group.name, []), mine, pressure, now, owned, cohorts)
+        case = _GroupCase.of(context, cluster, group, policy, demand.get(group.name, []), mine, pressure)
+        d, h = _decide_group(case, history.get(group.name, GroupHistory()))
         decisions.append(d)
         new_hist[group.name] = h
     return ScalingResult(decisions=tuple(decisions), history=frozen_map(new_hist), warnings=warnings)
