@@ -8,9 +8,9 @@ import pytest
 
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import ScalingDefaults, scaling_defaults
-from autoscaler.core.policy.scaling import GroupHistory, decide_scaling, workers_needed
-from autoscaler.core.snapshot import ClusterQueueState, frozen_map
-from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker, workload
+from autoscaler.core.policy.scaling import GroupHistory, ScalingContext, decide_scaling, workers_needed
+from autoscaler.core.snapshot import ClusterQueueState, GpuState, PodKey, frozen_map
+from tests.decisions.builders import NOW, gpu_demand, group, node, ray_cluster, snapshot, worker, workload
 
 D = ScalingDefaults()
 LONG_AGO = NOW - 3600
@@ -222,3 +222,77 @@ def test_scaling_defaults_from_settings():
     assert [(p.type, p.value, p.period_seconds) for p in s.scale_down.policies] == [("Pods", 2, 60)]
     with pytest.raises(ValueError, match=r"scaling\.idle_windw"):
         scaling_defaults({"scaling": {"idle_windw": "15m"}})
+
+
+# ------------------------------------------------------------------ which GPU signal the messages name
+def _with_gpus(rc, source):
+    """A node ``n`` carrying one GPU per GPU worker of ``rc``, attributed to it, from ``source``."""
+    gs = tuple(GpuState(uuid=f"{w.pod}-0", node="n", index=i, utilization=w.gpu_utilization,
+                        utilization_source=source, pod=PodKey(rc.namespace, w.pod))
+               for i, w in enumerate(rc.groups[0].workers))
+    return snapshot([replace(node("n", gpus=0), gpus=gs)], ray=[rc])
+
+
+@pytest.mark.parametrize("source", ["gr_engine_active", "sm_active", "gpu_util"])
+def test_idle_message_names_the_utilization_signal(source):
+    ws = [worker("w0", util=0.0, busy=False), worker("w1", util=0.02, busy=False)]
+    rc = ray_cluster([group(workers=ws)])
+    named = one(decide(rc, snap=_with_gpus(rc, source), history=idle_hist("w0", "w1")))
+    plain = one(decide(rc, snap=_with_gpus(rc, ""), history=idle_hist("w0", "w1")))
+    assert f"(GPU {source} under 5%, no Ray work) for 10m" in named.message
+    assert "(GPU use under 5%, no Ray work) for 10m" in plain.message
+    # only the text differs
+    assert replace(named, message="") == replace(plain, message="")
+
+
+def test_utilization_floor_message_names_the_signal():
+    ws = [worker("w0", util=0.9), worker("w1", util=0.9), worker("w2", util=0.0, busy=False)]
+    rc = ray_cluster([group(workers=ws)])
+    d = one(decide(rc, snap=_with_gpus(rc, "sm_active"), history=idle_hist("w2")))
+    assert d.reason == R.KEPT_FOR_UTILIZATION_TARGET
+    assert "GPU sm_active 60% of target 70%" in d.message
+
+
+def test_gpus_of_other_pods_do_not_name_the_signal():
+    ws = [worker("w0", util=0.0, busy=False)]
+    rc = ray_cluster([group(workers=ws)])
+    other = replace(node("n", gpus=0), gpus=(GpuState(uuid="x", node="n", index=0, utilization_source="sm_active",
+                                                      pod=PodKey("team-b", "w0")),))
+    d = one(decide(rc, snap=snapshot([other], ray=[rc]), history=idle_hist("w0")))
+    assert "(GPU use under 5%" in d.message
+
+
+# -------------------------------------------------------------------------------- history and context
+def test_rollback_keeps_observations_and_forgets_the_write():
+    old = GroupHistory(recommendations=((NOW - 50, 3),), scale_events=((NOW - 50, 1),), user_max=8, written_max=6)
+    new = GroupHistory(recommendations=((NOW - 50, 3), (NOW, 2)), scale_events=((NOW - 50, 1), (NOW, -1)),
+                       idle_since=frozen_map({"w1": NOW - 700}), user_max=9, written_max=2)
+    back = new.rollback(old)
+    assert back == GroupHistory(recommendations=new.recommendations, scale_events=old.scale_events,
+                                idle_since=new.idle_since, user_max=9, written_max=6)
+
+
+def test_a_failed_write_does_not_count_against_the_step_limits():
+    # scale-down limited to 1 pod per 5 minutes: after a failed write the next pass may remove one again
+    ws = [worker(f"w{i}", util=0.0, busy=False) for i in range(3)]
+    rc = ray_cluster([group(workers=ws)], annotations={"queuepilot.io/scale-down-policy": "Pods:1:300;window=0s"})
+    first = decide(rc, history=idle_hist("w0", "w1", "w2"))
+    assert one(first).desired == 2
+    written = decide(rc, history=first.history, now=NOW + 10)
+    assert one(written).reason == R.SCALE_DOWN_LIMIT and one(written).desired == 3
+    rolled = {g: h.rollback(idle_hist("w0", "w1", "w2")[g]) for g, h in first.history.items()}
+    assert one(decide(rc, history=rolled, now=NOW + 10)).desired == 2
+
+
+def test_one_context_serves_every_cluster_of_the_snapshot():
+    others = [replace(workload("q", ns="team-b", cq="cq-b", quota_reserved=False), created_at=NOW - 3600)]
+    rcs = [ray_cluster([group(workers=[worker("w0", util=0.0, busy=False)])], name=f"rc{i}") for i in range(3)]
+    snap = snapshot(workloads=others, ray=rcs)
+    ctx = ScalingContext.build(snap, NOW)
+    assert len(ctx.waiting) == 1 and ctx.waiting[0][1].name == "q"
+    for rc in rcs:
+        shared = decide_scaling(snap, rc, D, idle_hist("w0"), NOW, context=ctx)
+        alone = decide_scaling(snap, rc, D, idle_hist("w0"), NOW)
+        assert shared == alone and one(shared).reason == R.IDLE_WORKERS_QUEUE_PRESSURE
+    with pytest.raises(ValueError, match="another snapshot"):
+        decide_scaling(snap, rcs[0], D, {}, NOW + 1, context=ctx)
