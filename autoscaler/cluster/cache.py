@@ -5,8 +5,18 @@ resourceVersion; watch from it with bookmarks; on a clean end of the stream (ser
 again from the last resourceVersion seen; on ``410 Gone`` (an ERROR event in the stream or an HTTP
 410) relist; on any other failure back off (jittered exponential, ``Retry-After`` honoured for 429)
 and resume.  Every restart that is not a clean stream end is counted in
-``queuepilot_watch_restarts_total{resource}``.  ``run()`` is the trivial infinite wrapper around
-``step()`` with an ``iterations`` hook for tests.
+``queuepilot_watch_restarts_total{resource}`` and, by cause, in
+``queuepilot_source_errors_total{source="watch/<res>", kind}``.
+
+Supervised: *any* exception in a step (a ``null`` or garbage line from a broken proxy, a cut-off
+event, a bug) restarts the watch from the last resourceVersion after a backoff; nothing but
+cancellation ends ``run()``.  A failure is logged once when it starts (a warning with its cause)
+and once when the watch recovers, not on every retry.  A cache that makes no progress for
+``stale_after`` seconds -- not watching, and no list page or event received -- reports it
+through :meth:`WatchCache.stale_for` / :meth:`WatchCache.healthy`, which ``/healthz`` uses so
+that a watch that cannot recover gets the process restarted.  The default (45 s) is above the
+backoff cap (30 s: one long retry is not a failure) and well under the chart's liveness window
+(3 probes x 20 s).
 
 Objects are parsed into views once per resourceVersion (``autoscaler.cluster.views``).  A malformed one
 is left out of the cache, counted once in ``queuepilot_source_errors_total{source="watch/<res>",
@@ -29,13 +39,22 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.cluster.client import KubeError, request, request_json
 from autoscaler.cluster.resources import ResourceSpec
-from autoscaler.cluster.views import MalformedObject, object_key
+from autoscaler.cluster.views import object_key
 
 log = logging.getLogger("queuepilot.watch")
 T = TypeVar("T")
 # parse(raw) -> view, or None when the object is not wanted (e.g. a terminal pod); raises MalformedObject
 Parser = Callable[[Mapping[str, Any]], Any]
 ABSENT_RETRY_SECONDS = 60.0
+STALE_AFTER_SECONDS = 45.0
+# failure causes that are routine for a watch: counted as restarts, not as source errors
+_ROUTINE = frozenset({"gone", "dropped"})
+# failures of the data, not the transport: a new connection proves nothing until a good line arrives
+_DATA_FAILURES = frozenset({"malformed_stream", "exception"})
+
+
+class MalformedStream(Exception):
+    """A watch line that is not a JSON event object (a proxy's error page, ``null``, a cut-off event)."""
 
 
 class Gone(Exception):
@@ -81,6 +100,7 @@ class WatchCache(Generic[T]):
         watch_timeout_seconds: int = 300,
         backoff: Backoff | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        stale_after: float = STALE_AFTER_SECONDS,
     ) -> None:
         self.api = api
         self.spec = spec
@@ -103,6 +123,10 @@ class WatchCache(Generic[T]):
         self.restarts = 0
         self.absent = False  # the API server does not serve this resource (404 on the list)
         self.synced_event = asyncio.Event()
+        self.stale_after = stale_after
+        self._progress_at = clock()  # last list page, watch connect or watch line
+        self._failing: str | None = None  # the cause of the failure streak being retried (logged once)
+        self._failures = 0
 
     # --------------------------------------------------------------------------- public state
     @property
@@ -113,6 +137,19 @@ class WatchCache(Generic[T]):
     def malformed(self) -> int:
         return len(self._bad)
 
+    def stale_for(self, now: float) -> float:
+        """Seconds without progress: 0 while a watch stream is open (or the resource is not served),
+        else since the last list page, good watch line, clean stream end or reconnect.  After bad data
+        (a malformed line, an unexpected error) only a good line counts: a stream that connects and
+        then fails the same way again never looks current."""
+        if self.absent or (self.connected and self._failing not in _DATA_FAILURES):
+            return 0.0
+        return max(0.0, now - self._progress_at)
+
+    def healthy(self, now: float) -> bool:
+        """False once the cache has made no progress for ``stale_after`` seconds (``/healthz`` fails)."""
+        return self.stale_for(now) <= self.stale_after
+
     def observed_at(self, now: float) -> float | None:
         """When the cache was last known current: now while watching, else when the stream was lost."""
         if (self.connected and self.synced) or self.absent:
@@ -121,14 +158,21 @@ class WatchCache(Generic[T]):
 
     # ------------------------------------------------------------------------------- the loop
     async def run(self, iterations: int | None = None) -> None:
-        """Forever (or ``iterations`` steps): kept trivial, all logic is in :meth:`step`."""
+        """Forever (or ``iterations`` steps); only cancellation ends it."""
         i = 0
         while iterations is None or i < iterations:
             i += 1
-            await self.step()
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # step handles every failure it knows; this is the last line of defence
+                log.exception("watch %s: step failed; restarting", self.name)
+                self.connected = False
+                await self._guard(self._sleep(self._backoff.next_delay()))
 
     async def step(self) -> None:
-        """One list-if-needed + one watch stream, with error handling and backoff."""
+        """One list-if-needed + one watch stream; any failure is counted, logged once and backed off."""
         try:
             if self.resource_version is None:
                 await self.relist()
@@ -141,20 +185,50 @@ class WatchCache(Generic[T]):
             self.resource_version = None
         except KubeError as e:
             if e.status == 404 and self.resource_version is None:
-                await self._absent(e)
+                await self._guard(self._absent(e))
                 return
             self._restart(e.kind)
             if e.status == 410:
                 self.resource_version = None
                 return
-            delay = self._backoff.next_delay(e.retry_after if e.status == 429 else None)
-            log.warning("watch %s: %s; retrying in %.1fs", self.name, e, delay)
-            await self._sleep(delay)
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+            await self._retry(e.kind, str(e), e.retry_after if e.status == 429 else None)
+        except MalformedStream as e:
+            self._restart("malformed_stream")
+            await self._retry("malformed_stream", str(e))
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
             self._restart("connection")
-            delay = self._backoff.next_delay()
-            log.warning("watch %s: %s: %s; retrying in %.1fs", self.name, type(e).__name__, e, delay)
-            await self._sleep(delay)
+            await self._retry("connection", f"{type(e).__name__}: {e}")
+        except Exception as e:  # a shape or a bug nobody foresaw: never let it end the watch
+            self._restart("exception")
+            await self._retry("exception", f"{type(e).__name__}: {e}", exc=e)
+
+    async def _retry(self, kind: str, message: str, retry_after: float | None = None,
+                     exc: BaseException | None = None) -> None:
+        delay = self._backoff.next_delay(retry_after)
+        self._failures += 1
+        if self._failing != kind:  # once per failure streak and cause, not on every retry
+            self._failing = kind
+            log.warning("watch %s: %s; retrying with backoff (next in %.1fs)", self.name, message, delay,
+                        exc_info=exc)
+        else:
+            log.debug("watch %s: %s; retrying in %.1fs", self.name, message, delay)
+        await self._guard(self._sleep(delay))
+
+    async def _guard(self, aw: Any) -> None:
+        """Await a sleep-like step of the error path; an injected sleep that fails must not end the watch."""
+        try:
+            await aw
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.debug("watch %s: error-path wait failed", self.name, exc_info=True)
+
+    def _progressed(self) -> None:
+        """A list page, a good watch line or a clean stream end: the cache is current again."""
+        self._progress_at = self._clock()
+        if self._failing is not None:
+            log.info("watch %s recovered after %d failed attempts", self.name, self._failures)
+            self._failing, self._failures = None, 0
 
     async def _absent(self, e: KubeError) -> None:
         """The resource is not served (e.g. KubeRay's CRDs not installed): an empty, synced cache.
@@ -178,6 +252,8 @@ class WatchCache(Generic[T]):
     def _restart(self, kind: str) -> None:
         self.restarts += 1
         self._counters.watch_restarted(self.name)
+        if kind not in _ROUTINE:
+            self._counters.source_error(f"watch/{self.name}", kind)
         if self.connected or self._lost_at is None:
             self._lost_at = self._clock()
         self.connected = False
@@ -203,6 +279,7 @@ class WatchCache(Generic[T]):
             if cont:
                 q.append(("continue", cont))
             page = await request_json(self.api, "GET", self.spec.list_path, q, request_timeout=60.0)
+            self._progressed()
             for obj in page.get("items") or []:
                 if not isinstance(obj, dict):
                     continue
@@ -246,6 +323,8 @@ class WatchCache(Generic[T]):
         started = time.monotonic()
         try:
             self.connected = True
+            if self._failing not in _DATA_FAILURES:
+                self._progress_at = self._clock()
             self._backoff.reset()
             while True:
                 line = await resp.content.readline()
@@ -254,10 +333,13 @@ class WatchCache(Generic[T]):
                     # timeout we asked for means the connection was cut: that is a restart.
                     if time.monotonic() - started < 0.5 * self._watch_timeout:
                         self._restart("dropped")
+                    else:
+                        self._progressed()
                     return
                 line = line.strip()
                 if line:
-                    self._event(json.loads(line))
+                    self._event(_decode_event(line))
+                    self._progressed()
         finally:
             self.connected = False
             self._lost_at = self._clock()
@@ -268,13 +350,14 @@ class WatchCache(Generic[T]):
         typ = ev.get("type")
         obj = ev.get("object")
         if not isinstance(obj, dict):
-            raise ValueError(f"watch event without an object: {str(ev)[:200]}")
+            raise MalformedStream(f"watch event without an object: {str(ev)[:200]}")
         if typ == "ERROR":
             code = int(obj.get("code") or 0)
             if code == 410:
                 raise Gone(obj.get("message", ""))
             raise KubeError(code or 500, str(obj.get("reason", "")), str(obj.get("message", "")))
-        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        md = obj.get("metadata")
+        rv = str(md.get("resourceVersion", "")) if isinstance(md, dict) else ""
         if typ == "BOOKMARK":
             if rv:
                 self.resource_version = rv
@@ -305,12 +388,13 @@ class WatchCache(Generic[T]):
         return self.items.pop(key, None) is not None
 
     def _view(self, key: str, obj: Mapping[str, Any]) -> Any:
-        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        md = obj.get("metadata")
+        rv = str(md.get("resourceVersion", "")) if isinstance(md, dict) else ""
         if key in self.items and self._rvs.get(key) == rv:
             return self.items[key]
         try:
             return self._parse(obj)
-        except (MalformedObject, ValueError, TypeError, KeyError, AttributeError) as e:
+        except Exception as e:  # MalformedObject, or a shape no parser foresaw: skip this object only
             if self._bad.get(key) != rv:
                 self._bad[key] = rv
                 self._counters.source_error(f"watch/{self.name}", "malformed")
@@ -321,3 +405,14 @@ class WatchCache(Generic[T]):
         if self._on_change is not None:
             with contextlib.suppress(Exception):
                 self._on_change(self.name)
+
+
+def _decode_event(line: bytes) -> Mapping[str, Any]:
+    """One watch line -> the event object; anything else is a :class:`MalformedStream`."""
+    try:
+        ev = json.loads(line)
+    except (ValueError, RecursionError) as e:
+        raise MalformedStream(f"watch line is not JSON ({e}): {line[:200]!r}") from e
+    if not isinstance(ev, dict):
+        raise MalformedStream(f"watch line is not an event object: {line[:200]!r}")
+    return ev

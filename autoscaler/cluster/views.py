@@ -144,7 +144,9 @@ def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def object_key(obj: Mapping[str, Any]) -> str:
     """The cache key of a raw object: "ns/name" for namespaced objects, "name" otherwise."""
-    md = obj.get("metadata") or {}
+    md = obj.get("metadata")
+    if not isinstance(md, dict):
+        md = {}
     ns = md.get("namespace")
     return f"{ns}/{md.get('name')}" if ns else str(md.get("name"))
 

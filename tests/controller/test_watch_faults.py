@@ -4,7 +4,10 @@ no ghosts; malformed objects are counted once and survived."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+
+import pytest
 
 from autoscaler.cluster.cache import Backoff
 from tests.controller import objects as o
@@ -165,3 +168,147 @@ async def test_a_cache_on_its_own_with_the_iteration_hook(fake_api):
         assert cache.items["n2"].gpu_allocatable == 8
     finally:
         await api.close()
+
+
+# ------------------------------------------------------------------------------ supervised watches
+class Reported:
+    """A WatchReporter that keeps what the cache reports."""
+
+    def __init__(self) -> None:
+        self.restarts: list[str] = []
+        self.errors: list[tuple[str, str]] = []
+
+    def watch_restarted(self, resource: str) -> None:
+        self.restarts.append(resource)
+
+    def source_error(self, source: str, kind: str) -> None:
+        self.errors.append((source, kind))
+
+
+@contextlib.asynccontextmanager
+async def node_cache(fake_api, **kwargs):
+    """A nodes WatchCache running against the fake API server through the real client."""
+    from autoscaler.cluster.cache import WatchCache
+    from autoscaler.cluster.client import make_api_client
+    from autoscaler.cluster.resources import NODES
+    from autoscaler.cluster.views import node_view
+
+    api = await make_api_client(str(fake_api.kubeconfig_path))
+    reported = Reported()
+    cache = WatchCache(api, NODES, node_view, reported, backoff=Backoff(base=0.05, cap=0.2), **kwargs)
+    task = asyncio.create_task(cache.run())
+    try:
+        await eventually(lambda: cache.synced and cache.connected)
+        yield cache, reported, task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api.close()
+
+
+@pytest.mark.parametrize(("line", "end"), [
+    (b"null", False),  # a broken proxy: json.loads gives None
+    (b"<html><body>502 Bad Gateway</body></html>", False),
+    (b'{"type": "ADDED", "object": {"metadata": {"name": "n', False),  # truncated JSON
+    (b'{"type": "ADDED", "object": {"metadata": {"name": "n', True),  # cut mid-event, connection gone
+    (b'{"type": "ADDED", "object": "not an object"}', False),
+    (b"[1, 2, 3]", False),
+])
+async def test_a_malformed_watch_line_restarts_the_watch_once(fake_api, caplog, line, end):
+    fake_api.create(o.node("n1"))
+    caplog.set_level(logging.INFO, logger="queuepilot.watch")
+    async with node_cache(fake_api) as (cache, reported, task):
+        assert fake_api.inject_watch_line(line, path_contains="/nodes", end=end) == 1
+        await eventually(lambda: reported.restarts)
+        fake_api.create(o.node("n2"))  # the cache goes on: resumed from the last resourceVersion
+        await eventually(lambda: set(cache.items) == {"n1", "n2"})
+        assert not task.done()
+        assert reported.restarts == ["nodes"]
+        kind = "connection" if end else "malformed_stream"
+        assert reported.errors == [("watch/nodes", kind)]
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "watch nodes" in warnings[0]
+        await eventually(lambda: any("recovered" in r.getMessage() for r in caplog.records))
+
+
+async def test_a_watch_that_keeps_failing_turns_unhealthy_and_recovers(fake_api, caplog):
+    """Garbage on every connection: the watch keeps retrying with backoff, logs once, and its staleness
+    grows past the limit (so /healthz fails); once the stream is good again it is healthy."""
+    import time
+
+    fake_api.create(o.node("n1"))
+    caplog.set_level(logging.WARNING, logger="queuepilot.watch")
+    async with node_cache(fake_api, stale_after=1.0) as (cache, reported, task):
+        assert cache.healthy(time.time()) and cache.stale_for(time.time()) == 0
+        poisoned = True
+
+        async def poison() -> None:
+            while poisoned:
+                fake_api.inject_watch_line(b"null", path_contains="/nodes")
+                await asyncio.sleep(0.01)
+
+        poisoner = asyncio.create_task(poison())
+        try:
+            await eventually(lambda: not cache.healthy(time.time()), timeout=10)
+            assert cache.stale_for(time.time()) > 1.0
+            assert len(reported.restarts) >= 3 and not task.done()
+            assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+        finally:
+            poisoned = False
+            await poisoner
+        fake_api.create(o.node("n2"))
+        await eventually(lambda: "n2" in cache.items and cache.healthy(time.time()))
+
+
+async def test_a_parser_bug_skips_the_object_not_the_watch(fake_api):
+    """An exception no parser foresaw (here RuntimeError) is a malformed object, counted once."""
+    from autoscaler.cluster.cache import WatchCache
+    from autoscaler.cluster.client import make_api_client
+    from autoscaler.cluster.resources import NODES
+    from autoscaler.cluster.views import node_view
+
+    def fragile(obj):
+        if obj["metadata"]["name"] == "odd":
+            raise RuntimeError("bug")
+        return node_view(obj)
+
+    fake_api.create(o.node("n1"))
+    fake_api.create(o.node("odd"))
+    api = await make_api_client(str(fake_api.kubeconfig_path))
+    reported = Reported()
+    cache = WatchCache(api, NODES, fragile, reported, backoff=Backoff(base=0.05, cap=0.2))
+    task = asyncio.create_task(cache.run())
+    try:
+        await eventually(lambda: cache.connected)
+        fake_api.create(o.node("n2"))
+        await eventually(lambda: set(cache.items) == {"n1", "n2"})
+        assert reported.errors == [("watch/nodes", "malformed")] and reported.restarts == []
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api.close()
+
+
+async def test_an_unexpected_exception_in_a_step_is_survived(fake_api, caplog):
+    """Whatever a step raises, run() goes on: counted as kind "exception", logged once with its traceback."""
+    fake_api.create(o.node("n1"))
+    caplog.set_level(logging.WARNING, logger="queuepilot.watch")
+    async with node_cache(fake_api) as (cache, reported, task):
+        real_event = cache._event
+        calls = {"n": 0}
+
+        def flaky(ev):
+            calls["n"] += 1
+            if calls["n"] <= 2:
+                raise RuntimeError("a bug in event handling")
+            return real_event(ev)
+
+        cache._event = flaky
+        fake_api.create(o.node("n2"))
+        await eventually(lambda: "n2" in cache.items)
+        assert not task.done()
+        assert ("watch/nodes", "exception") in reported.errors
+        tracebacks = [r for r in caplog.records if r.exc_info]
+        assert len(tracebacks) == 1
