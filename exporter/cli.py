@@ -1,55 +1,35 @@
 """``queuepilot exporter`` / ``python -m exporter``: the node agent's command line (a contract).
 
-Every flag can also be set by environment variable (the flag wins):
-
-=========================== ================================== ===========================================
-flag                        environment                        default
-=========================== ================================== ===========================================
-``--source``                ``QUEUEPILOT_SOURCE``              ``nvml`` (``nvml``, ``dcgm``, ``sim``)
-``--listen``                ``QUEUEPILOT_LISTEN``              ``0.0.0.0:9400``
-``--interval``              ``QUEUEPILOT_INTERVAL``            ``10`` seconds
-``--node-name``             ``NODE_NAME``, ``QUEUEPILOT_NODE_NAME`` the host name (the ``Hostname`` label)
-``--dcgm-url``              ``QUEUEPILOT_DCGM_URL``            ``http://127.0.0.1:9400/metrics``
-``--dcgm-timeout``          ``QUEUEPILOT_DCGM_TIMEOUT``        ``5`` seconds
-``--pod-resources-socket``  ``QUEUEPILOT_POD_RESOURCES_SOCKET`` ``/var/lib/kubelet/pod-resources/kubelet.sock``
-                                                               (``""`` turns attribution off)
-``--drain-xids``            ``QUEUEPILOT_DRAIN_XIDS``          NVIDIA's drain-worthy XIDs (comma list)
-``--fatal-xid-window``      ``QUEUEPILOT_FATAL_XID_WINDOW``    ``600`` seconds
-``--thermal-window``        ``QUEUEPILOT_THERMAL_WINDOW``      ``60`` seconds
-``--sim-gpus``              ``QUEUEPILOT_SIM_GPUS``            ``8``
-``--sim-model``             ``QUEUEPILOT_SIM_MODEL``           ``NVIDIA H100 80GB HBM3``
-``--sim-seed``              ``QUEUEPILOT_SIM_SEED``            ``0``
-``--log-level``             ``QUEUEPILOT_LOG_LEVEL``           ``INFO``
-=========================== ================================== ===========================================
+Every flag can also be set by its environment variable, ``QUEUEPILOT_<FLAG>`` (``--sim-gpus`` <-
+``QUEUEPILOT_SIM_GPUS``; ``--node-name`` <- ``NODE_NAME`` or ``QUEUEPILOT_NODE_NAME``); the flag
+wins.  ``queuepilot exporter --help`` lists each flag with its variable and default.
 
 Exit status: 0 after a clean SIGTERM/SIGINT shutdown, 1 when the source cannot start (one line
-on stderr, e.g. no NVML library), 2 for bad flags.
+on stderr, e.g. no NVML library) or the address cannot be bound, 2 for bad flags or environment
+values.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
-import os
 import socket
 import sys
 
 from exporter.health import DEFAULT_DRAIN_XIDS, HealthConfig
 from exporter.podresources.client import DEFAULT_SOCKET
-from exporter.server import DEFAULT_LISTEN, ExporterApp, parse_listen, serve
+from exporter.server import DEFAULT_LISTEN, LIMITS, ExporterApp, serve
 from exporter.sources.base import GpuSource, SourceUnavailable
 from exporter.sources.dcgm import DEFAULT_URL as DEFAULT_DCGM_URL
+from servicekit.argtypes import count, positive_seconds
+from servicekit.envflags import EnvError, HelpFormatter, apply_env
+from servicekit.listen import listen_arg
 
 log = logging.getLogger("exporter")
 
-
-def _env(*names: str, default: str) -> str:
-    for name in names:
-        value = os.environ.get(name)
-        if value is not None:
-            return value
-    return default
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _xid_list(text: str) -> frozenset[int]:
@@ -59,57 +39,38 @@ def _xid_list(text: str) -> frozenset[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated XID numbers, got {text!r}") from e
 
 
-def _listen(text: str) -> str:
-    try:
-        parse_listen(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-    return text
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    """The parser with its defaults taken from ``env`` (default: the process environment);
+    EnvError for a bad environment value."""
     p = argparse.ArgumentParser(
         prog="queuepilot exporter",
         description="Node GPU exporter: dcgm-exporter-compatible GPU metrics attributed to pods, with GPU health.",
-        epilog="Every flag can also be set by the environment variable in brackets.",
+        epilog="Every flag can also be set by the environment variable named in brackets; the flag wins.",
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("--source", choices=("nvml", "dcgm", "sim"), default=_env("QUEUEPILOT_SOURCE", default="nvml"),
-                   help="where GPU facts come from [QUEUEPILOT_SOURCE] (default: %(default)s)")
-    p.add_argument("--listen", type=_listen, metavar="HOST:PORT", default=_env("QUEUEPILOT_LISTEN", default=DEFAULT_LISTEN),
-                   help="HOST:PORT to serve /metrics and /healthz on; port 0 picks a free port [QUEUEPILOT_LISTEN] (default: %(default)s)")
-    p.add_argument("--interval", type=_positive, metavar="SECONDS", default=_env("QUEUEPILOT_INTERVAL", default="10"),
-                   help="seconds between collections [QUEUEPILOT_INTERVAL] (default: %(default)s)")
-    p.add_argument("--node-name", metavar="NAME", default=_env("NODE_NAME", "QUEUEPILOT_NODE_NAME", default=socket.gethostname()),
-                   help="the Hostname label [NODE_NAME, QUEUEPILOT_NODE_NAME] (default: %(default)s)")
-    p.add_argument("--dcgm-url", metavar="URL", default=_env("QUEUEPILOT_DCGM_URL", default=DEFAULT_DCGM_URL),
-                   help="dcgm-exporter /metrics URL for --source dcgm [QUEUEPILOT_DCGM_URL] (default: %(default)s)")
-    p.add_argument("--dcgm-timeout", type=_positive, metavar="SECONDS", default=_env("QUEUEPILOT_DCGM_TIMEOUT", default="5"),
-                   help="seconds to wait for dcgm-exporter [QUEUEPILOT_DCGM_TIMEOUT] (default: %(default)s)")
-    p.add_argument("--pod-resources-socket", metavar="PATH", default=_env("QUEUEPILOT_POD_RESOURCES_SOCKET", default=DEFAULT_SOCKET),
-                   help="kubelet PodResources socket; empty turns pod attribution off [QUEUEPILOT_POD_RESOURCES_SOCKET] (default: %(default)s)")
-    p.add_argument("--drain-xids", type=_xid_list, metavar="XID,XID,...",
-                   default=_env("QUEUEPILOT_DRAIN_XIDS", default=",".join(map(str, sorted(DEFAULT_DRAIN_XIDS)))),
-                   help="XIDs that make a GPU unhealthy [QUEUEPILOT_DRAIN_XIDS] (default: NVIDIA's drain-worthy XIDs)")
-    p.add_argument("--fatal-xid-window", type=_positive, metavar="SECONDS", default=_env("QUEUEPILOT_FATAL_XID_WINDOW", default="600"),
-                   help="seconds a drain-worthy XID keeps the GPU unhealthy [QUEUEPILOT_FATAL_XID_WINDOW] (default: %(default)s)")
-    p.add_argument("--thermal-window", type=_positive, metavar="SECONDS", default=_env("QUEUEPILOT_THERMAL_WINDOW", default="60"),
-                   help="seconds of continuous thermal slowdown before a GPU is unhealthy [QUEUEPILOT_THERMAL_WINDOW] (default: %(default)s)")
-    p.add_argument("--sim-gpus", type=int, metavar="N", default=_env("QUEUEPILOT_SIM_GPUS", default="8"),
-                   help="GPUs in the simulated fleet [QUEUEPILOT_SIM_GPUS] (default: %(default)s)")
-    p.add_argument("--sim-model", metavar="NAME", default=_env("QUEUEPILOT_SIM_MODEL", default="NVIDIA H100 80GB HBM3"),
-                   help="simulated GPU model [QUEUEPILOT_SIM_MODEL] (default: %(default)s)")
-    p.add_argument("--sim-seed", type=int, metavar="N", default=_env("QUEUEPILOT_SIM_SEED", default="0"),
-                   help="seed of the simulated fleet [QUEUEPILOT_SIM_SEED] (default: %(default)s)")
-    p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                   default=_env("QUEUEPILOT_LOG_LEVEL", default="INFO").upper(),
-                   help="[QUEUEPILOT_LOG_LEVEL] (default: %(default)s)")
+    a = p.add_argument
+    a("--source", choices=("nvml", "dcgm", "sim"), default="nvml", help="where GPU facts come from")
+    a("--listen", type=listen_arg, metavar="HOST:PORT", default=DEFAULT_LISTEN,
+      help="address to serve /metrics and /healthz on; port 0 picks a free port")
+    a("--interval", type=positive_seconds, metavar="SECONDS", default=10.0, help="seconds between collections")
+    a("--node-name", metavar="NAME", default=socket.gethostname(), help="the Hostname label")
+    a("--dcgm-url", metavar="URL", default=DEFAULT_DCGM_URL, help="dcgm-exporter /metrics URL for --source dcgm")
+    a("--dcgm-timeout", type=positive_seconds, metavar="SECONDS", default=5.0, help="seconds to wait for dcgm-exporter")
+    a("--pod-resources-socket", metavar="PATH", default=DEFAULT_SOCKET,
+      help="kubelet PodResources socket; empty turns pod attribution off")
+    a("--drain-xids", type=_xid_list, metavar="XID,XID,...", default=",".join(map(str, sorted(DEFAULT_DRAIN_XIDS))),
+      help="XIDs that make a GPU unhealthy (the default is NVIDIA's drain-worthy list)")
+    a("--fatal-xid-window", type=positive_seconds, metavar="SECONDS", default=600.0,
+      help="seconds a drain-worthy XID keeps the GPU unhealthy")
+    a("--thermal-window", type=positive_seconds, metavar="SECONDS", default=60.0,
+      help="seconds of continuous thermal slowdown before a GPU is unhealthy")
+    a("--sim-gpus", type=count(0), metavar="N", default=8, help="GPUs in the simulated fleet")
+    a("--sim-model", metavar="NAME", default="NVIDIA H100 80GB HBM3", help="simulated GPU model")
+    a("--sim-seed", type=int, metavar="N", default=0, help="seed of the simulated fleet")
+    a("--max-connections", type=count(1), metavar="N", default=LIMITS.max_connections,
+      help="open HTTP connections at most; beyond it new ones wait until one closes")
+    a("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="log verbosity")
+    apply_env(p, env, aliases={"node_name": ("NODE_NAME", "QUEUEPILOT_NODE_NAME")})
     return p
 
 
@@ -130,14 +91,11 @@ def make_source(args: argparse.Namespace) -> GpuSource:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except EnvError as e:
+        argparse.ArgumentParser(prog="queuepilot exporter").error(str(e))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.source not in ("nvml", "dcgm", "sim"):  # argparse does not check defaults (from the environment)
-        parser.error(f"QUEUEPILOT_SOURCE must be one of nvml, dcgm, sim, not {args.source!r}")
-    if args.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        parser.error(f"QUEUEPILOT_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {args.log_level!r}")
-    if args.sim_gpus < 0:
-        parser.error("--sim-gpus must be >= 0")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     health = HealthConfig(
         drain_xids=args.drain_xids,
@@ -148,11 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app = ExporterApp(
             make_source(args),
-            listen=args.listen,
+            listen=str(args.listen),
             hostname=args.node_name,
             interval=args.interval,
             pod_resources_socket=args.pod_resources_socket or None,
             health=health,
+            limits=dataclasses.replace(LIMITS, max_connections=args.max_connections),
         )
         asyncio.run(serve(app))
     except SourceUnavailable as e:

@@ -10,7 +10,9 @@ In-process use (the embedded demo, tests)::
     async with ExporterApp(SimSource("node-a"), listen="127.0.0.1:0", interval=1.0) as app:
         print(app.metrics_url)   # http://127.0.0.1:<bound port>/metrics
 
-``serve(app)`` runs one until SIGTERM / SIGINT and shuts it down gracefully.
+``serve(app)`` runs one until SIGTERM / SIGINT and shuts it down gracefully.  The HTTP server is
+``servicekit.http``'s: header and body timeouts, a connection cap, request size limits and
+throttled one-line logs for malformed requests (``limits``; :data:`LIMITS` by default).
 """
 
 from __future__ import annotations
@@ -31,22 +33,19 @@ from exporter.collector import CONTENT_TYPE, ExporterCollector, new_registry, re
 from exporter.health import HealthConfig
 from exporter.podresources.client import PodResourcesClient
 from exporter.sources.base import GpuSource
+from servicekit.http import HttpServer, Limits, OnReject, start_server
+from servicekit.listen import parse_listen
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "0.0.0.0:9400"
+# GET-only endpoints: a request body is never needed, so a small one is already suspicious
+LIMITS = Limits(max_body_bytes=64 * 1024)
+
+__all__ = ["DEFAULT_LISTEN", "LIMITS", "ExporterApp", "build_web_app", "parse_listen", "serve"]
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[v6]:PORT`` -> (host, port)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"--listen must be HOST:PORT, got {listen!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
-def build_web_app(agent: Agent, registry) -> web.Application:
+def build_web_app(agent: Agent, registry, limits: Limits = LIMITS) -> web.Application:
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=render_text(registry), headers={"Content-Type": CONTENT_TYPE})
 
@@ -57,7 +56,7 @@ def build_web_app(agent: Agent, registry) -> web.Application:
     async def index(request: web.Request) -> web.Response:
         return web.Response(text="queuepilot exporter: /metrics /healthz\n")
 
-    app = web.Application()
+    app = web.Application(client_max_size=limits.max_body_bytes)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/", index)
@@ -81,9 +80,13 @@ class ExporterApp:
         health: HealthConfig = HealthConfig(),
         stale_after_intervals: float = 3.0,
         clock: Callable[[], float] = time.time,
+        limits: Limits = LIMITS,
+        on_reject: OnReject | None = None,
     ) -> None:
         self.source = source
         self.listen = listen
+        self.limits = limits
+        self.on_reject = on_reject
         self.hostname = (
             hostname or getattr(source, "hostname", None) or os.environ.get("NODE_NAME") or socket.gethostname()
         )
@@ -100,7 +103,7 @@ class ExporterApp:
             stale_after_intervals=stale_after_intervals,
             clock=clock,
         )
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self._task: asyncio.Task | None = None
         self.host = ""
         self.port = 0
@@ -108,8 +111,12 @@ class ExporterApp:
     @property
     def url(self) -> str:
         """Base URL a local client can use (``0.0.0.0`` / ``::`` are reported as loopback)."""
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        return parse_listen(self.listen).url("http", self.port)
+
+    @property
+    def http(self) -> HttpServer | None:
+        """The running HTTP server (its ``rejected`` counts, ``active_connections``)."""
+        return self._http
 
     @property
     def metrics_url(self) -> str:
@@ -117,15 +124,15 @@ class ExporterApp:
 
     async def start(self) -> None:
         """Start the source (may raise ``SourceUnavailable``), collect once, then serve and loop."""
-        host, port = parse_listen(self.listen)
+        address = parse_listen(self.listen)
         await self.source.start()
         try:
             await self.agent.collect_once()  # /metrics has data from the first scrape on
-            sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-            self.host, self.port = host, sock.getsockname()[1]
-            self._runner = web.AppRunner(build_web_app(self.agent, self.registry), access_log=None)
-            await self._runner.setup()
-            await web.SockSite(self._runner, sock).start()
+            self._http = await start_server(
+                build_web_app(self.agent, self.registry, self.limits), address, limits=self.limits,
+                name="exporter", on_reject=self.on_reject,
+            )
+            self.host, self.port = address.host, self._http.port
         except BaseException:
             await self.stop()
             raise
@@ -137,9 +144,9 @@ class ExporterApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         if self.pod_resources is not None:
             await self.pod_resources.close()
         await self.source.close()

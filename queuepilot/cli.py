@@ -1,8 +1,9 @@
 """The one console script, ``queuepilot <subcommand> ...``.
 
-This is the only module that imports every package (DESIGN.md: only the CLI dispatcher imports
-all).  Each subcommand owns its flags in its own package; the dispatcher forwards the rest of the
-command line to that package's ``main(argv) -> int``.
+This is the only module that imports every package.  Each subcommand owns its flags in its own
+package; the dispatcher forwards the rest of the command line to that package's
+``main(argv) -> int``.  Without a subcommand it prints the help to stderr and exits 2 (a usage
+error), so a container started without arguments fails visibly.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="<subcommand>")
     for name, (_, help_) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
-    if not argv or argv[0] not in SUBCOMMANDS:
-        parser.parse_args(argv or ["--help"])
+    if not argv:
+        parser.print_help(sys.stderr)
+        return 2
+    if argv[0] not in SUBCOMMANDS:
+        parser.parse_args(argv)  # --help / --version exit 0; anything else is a usage error (exit 2)
         return 2
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     return int(module.main(argv[1:]) or 0)

@@ -1,8 +1,11 @@
 """``queuepilot controller``: parse flags, connect to the API server, run until SIGTERM.
 
-Start-up problems (bad flags or config file, no credentials, API server unreachable or refusing
-our credentials) print ONE line to stderr and exit 2; once running, every failure is retried with
-backoff and only logged.
+Start-up problems (bad flags, environment values or config file, malformed kubeconfig, no
+credentials, API server unreachable or refusing our credentials) print ONE line to stderr and exit
+2; once running, every failure is retried with backoff and only logged.  The first log line says
+what is running: live or dry-run, leader election, the GPU signal, the AdmissionCheck controller
+name.  ``--check-config`` stops after the offline checks (flags, config file, kubeconfig) with a
+summary on stdout: exit status 0 when all is valid, 2 otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from autoscaler.cluster.client import KubeConfigError, KubeError, make_api_client, probe, server_url
+from autoscaler.cluster.client import (
+    KubeConfigError,
+    KubeError,
+    check_kubeconfig,
+    credentials_source,
+    make_api_client,
+    probe,
+    server_url,
+)
 from autoscaler.controller.config import ConfigError, ControllerConfig, parse_config
 from autoscaler.controller.loop import Controller
 
@@ -65,8 +76,8 @@ async def amain(config: ControllerConfig) -> int:
             await controller.shutdown()
             return _fail(f"cannot start: {e}")
         logging.getLogger("queuepilot.controller").info(
-            "serving on %s:%s as %s (leader election %s, GPU signal %s)", config.listen_host, controller.port,
-            config.identity, "on" if config.leader_elect else "off", config.gpu_signal,
+            "started against %s, metrics on %s:%s: %s", server_url(api), config.listen_host, controller.port,
+            config.describe(),
         )
         try:
             await controller._stop.wait()
@@ -81,11 +92,33 @@ async def amain(config: ControllerConfig) -> int:
         await api.close()
 
 
+def check_config(config: ControllerConfig) -> int:
+    """``--check-config``: the offline checks that ``parse_config`` has not done (the token file, the
+    kubeconfig); a summary on stdout, exit status 0, or one line on stderr and 2."""
+    if config.ray_token_file and not os.access(config.ray_token_file, os.R_OK):
+        return _fail(f"cannot read --ray-token-file {config.ray_token_file}")
+    source, path = credentials_source(config.kubeconfig)
+    if source == "kubeconfig":
+        assert path is not None
+        try:
+            credentials = f"kubeconfig {path} ({check_kubeconfig(path, config.context)})"
+        except KubeConfigError as e:
+            return _fail(str(e))
+    elif source == "in-cluster":
+        credentials = "the in-cluster service account"
+    else:
+        credentials = "none found here (at run time: the in-cluster service account or --kubeconfig)"
+    print(f"{PROG}: configuration valid: {config.describe()}; credentials: {credentials}", flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_config(list(sys.argv[1:] if argv is None else argv))
     except ConfigError as e:
         return _fail(str(e))
+    if config.check_config:
+        return check_config(config)
     if config.ray_token_file and not os.access(config.ray_token_file, os.R_OK):
         return _fail(f"cannot read --ray-token-file {config.ray_token_file}")
     logging.basicConfig(

@@ -2,7 +2,10 @@
 
 Precedence: command line > environment (``--resync-seconds`` <- ``QUEUEPILOT_RESYNC_SECONDS``) >
 default.  ``--config PATH`` names a YAML file of policy sections (``admission:``, ``scaling:``,
-``webhook:`` ...) handed unchanged to the deciders as ``ControllerContext.settings``.
+``webhook:``) handed to the deciders as ``ControllerContext.settings``; every section is validated
+here, at start-up, so a typo is one line on stderr (exit status 2), not a traceback later.
+Every problem -- a bad flag, a bad environment value, a bad file -- raises :class:`ConfigError`
+with a one-line message.
 """
 
 from __future__ import annotations
@@ -11,14 +14,21 @@ import argparse
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, NoReturn
 
 import yaml
 
-ENV_PREFIX = "QUEUEPILOT_"
-TRUE = {"1", "true", "yes", "on"}
-FALSE = {"0", "false", "no", "off", ""}
+from autoscaler.core.policy.config import DEFAULT_CONTROLLER_NAME, admission_config, scaling_defaults
+from servicekit.argtypes import count, non_negative_seconds, port, positive_seconds
+from servicekit.envflags import DEFAULT_PREFIX, EnvError, HelpFormatter, apply_env
+from servicekit.http import Limits
+from servicekit.listen import listen_arg
+
+ENV_PREFIX = DEFAULT_PREFIX
+SECTIONS = ("admission", "scaling", "webhook")
+GPU_SIGNALS = ("prometheus", "scrape")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class ConfigError(Exception):
@@ -58,91 +68,116 @@ class ControllerConfig:
     log_level: str = "INFO"
     webhook_listen: str = ""
     webhook_cert_dir: str = ""
+    max_connections: int = Limits.max_connections
+    check_config: bool = False
+
+    @property
+    def http_limits(self) -> Limits:
+        """Limits of the metrics server (and, with the webhook's body size, of the webhook)."""
+        return replace(Limits(), max_connections=self.max_connections)
+
+    @property
+    def controller_name(self) -> str:
+        """The AdmissionCheck ``spec.controllerName`` this controller serves."""
+        return DEFAULT_CONTROLLER_NAME
+
+    def describe(self) -> str:
+        """One line: mode, leader election, signals, the check's controller name, endpoints."""
+        if self.gpu_signal == "prometheus":
+            gpu = f"GPU signal prometheus {self.prometheus_url}" + (
+                f" {self.prometheus_selector}" if self.prometheus_selector else "")
+        else:
+            gpu = f"GPU signal scrape of pods {self.exporter_selector} port {self.exporter_port}"
+        leader = (f"leader election on (lease {self.lease_namespace}/{self.lease_name}, identity {self.identity})"
+                  if self.leader_elect else "leader election off")
+        webhook = f"webhook on {self.webhook_listen}" if self.webhook_listen else "webhook off"
+        config = f"config {self.config_path}" if self.config_path else "no config file (defaults)"
+        return (f"mode {'dry-run (decide and report, never write)' if self.dry_run else 'live'}; {leader}; "
+                f"{gpu}; Ray demand every {self.ray_poll_seconds:g}s; AdmissionCheck controller "
+                f"{self.controller_name}; {webhook}; {config}")
 
 
-def _env_name(flag: str) -> str:
-    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+class _Parser(argparse.ArgumentParser):
+    """Usage errors raise ConfigError (one line) instead of printing the usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message} (see --help)")
 
 
-def _bool_env(name: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in TRUE:
-        return True
-    if v in FALSE:
-        return False
-    raise ConfigError(f"{name}={value!r} is not a boolean (true/false)")
-
-
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
+def _upper(text: str) -> str:
+    return text.upper()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="queuepilot controller",
         description="Watch Kueue, KubeRay and the cluster; export queue, capacity and Ray metrics; "
         "run the admission check and the worker-group scaler (leader only). "
-        "Every flag can also be set as QUEUEPILOT_<FLAG> (e.g. QUEUEPILOT_RESYNC_SECONDS=30).",
+        "Every flag can also be set as QUEUEPILOT_<FLAG> (e.g. QUEUEPILOT_RESYNC_SECONDS=30); the flag wins.",
+        formatter_class=HelpFormatter,
     )
     a = p.add_argument
-    a("--listen", default="0.0.0.0:8080", type=_listen, help="HOST:PORT for /metrics, /healthz, /readyz")
-    a("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster service account, else ~/.kube/config)")
-    a("--context", default=None, help="kubeconfig context")
-    a("--gpu-signal", choices=("prometheus", "scrape"), default="prometheus",
+    a("--check-config", action="store_true", default=False,
+      help="validate the flags, the config file and the kubeconfig offline (no cluster contact), "
+      "print a summary and exit: 0 when valid, 2 otherwise")
+    a("--listen", default="0.0.0.0:8080", type=listen_arg, metavar="HOST:PORT",
+      help="address for /metrics, /healthz, /readyz")
+    a("--max-connections", type=count(1), default=Limits.max_connections, metavar="N",
+      help="open connections per HTTP server (metrics, webhook) at most; beyond it new ones wait")
+    a("--kubeconfig", default=None, metavar="PATH",
+      help="kubeconfig path (unset: the in-cluster service account, else ~/.kube/config)")
+    a("--context", default=None, help="kubeconfig context (unset: its current-context)")
+    a("--gpu-signal", choices=GPU_SIGNALS, default="prometheus",
       help="read GPU series from Prometheus, or scrape the exporter pods directly")
-    a("--prometheus-url", default=ControllerConfig.prometheus_url, help="Prometheus base URL (--gpu-signal prometheus)")
-    a("--prometheus-selector", default="", help='PromQL label matchers added to every GPU query, e.g. {cluster="a"}')
-    a("--exporter-selector", default=ControllerConfig.exporter_selector, help="label selector of exporter pods (scrape)")
-    a("--exporter-port", type=int, default=9400, help="exporter metrics port (scrape)")
-    a("--dry-run", action=argparse.BooleanOptionalAction, default=False, help="decide and report, never write")
-    a("--config", dest="config_path", default=None, help="YAML policy file (sections passed to the deciders)")
-    a("--resync-seconds", type=float, default=30.0, help="periodic pass interval (passes also follow watch events)")
-    a("--debounce-seconds", type=float, default=0.2, help="delay between a watch event and its pass")
-    a("--signal-stale-seconds", type=float, default=120.0, help="age beyond which GPU/Ray signals are stale")
-    a("--gpu-poll-seconds", type=float, default=15.0, help="GPU signal poll interval")
-    a("--ray-poll-seconds", type=float, default=10.0, help="Ray dashboard poll interval")
-    a("--ray-concurrency", type=int, default=16, help="Ray dashboards asked at once")
-    a("--ray-timeout-seconds", type=float, default=5.0, help="timeout of one Ray dashboard request")
-    a("--ray-token-file", default=None, help="file holding a bearer token for Ray dashboards")
+    a("--prometheus-url", default=ControllerConfig.prometheus_url, metavar="URL",
+      help="Prometheus base URL (--gpu-signal prometheus)")
+    a("--prometheus-selector", default="", metavar="MATCHERS",
+      help='PromQL label matchers added to every GPU query, e.g. {cluster="a"}')
+    a("--exporter-selector", default=ControllerConfig.exporter_selector, metavar="SELECTOR",
+      help="label selector of exporter pods (--gpu-signal scrape)")
+    a("--exporter-port", type=port, default=9400, metavar="PORT", help="exporter metrics port (--gpu-signal scrape)")
+    a("--dry-run", action=argparse.BooleanOptionalAction, default=False,
+      help="decide and report (Events, metrics, logs), never change admission or scaling")
+    a("--config", dest="config_path", default=None, metavar="PATH",
+      help="YAML policy file with sections admission, scaling, webhook")
+    a("--resync-seconds", type=positive_seconds, default=30.0, metavar="SECONDS",
+      help="periodic pass interval (passes also follow watch events)")
+    a("--debounce-seconds", type=non_negative_seconds, default=0.2, metavar="SECONDS",
+      help="delay between a watch event and its pass")
+    a("--signal-stale-seconds", type=positive_seconds, default=120.0, metavar="SECONDS",
+      help="age beyond which GPU and Ray signals are stale")
+    a("--gpu-poll-seconds", type=positive_seconds, default=15.0, metavar="SECONDS", help="GPU signal poll interval")
+    a("--ray-poll-seconds", type=positive_seconds, default=10.0, metavar="SECONDS", help="Ray dashboard poll interval")
+    a("--ray-concurrency", type=count(1), default=16, metavar="N", help="Ray dashboards asked at once")
+    a("--ray-timeout-seconds", type=positive_seconds, default=5.0, metavar="SECONDS",
+      help="timeout of one Ray dashboard request")
+    a("--ray-token-file", default=None, metavar="PATH", help="file holding a bearer token for Ray dashboards")
     a("--pods", choices=("all", "labeled"), default="all",
       help="watch all non-terminal pods (exact node GPU requests) or only Ray/Kueue-labelled pods")
     a("--leader-elect", action=argparse.BooleanOptionalAction, default=True, help="elect a leader on a Lease")
-    a("--lease-name", default="queuepilot-controller")
-    a("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
-    a("--identity", default="", help="leader-election identity (default: $POD_NAME, else the hostname)")
-    a("--lease-duration-seconds", type=float, default=15.0)
-    a("--renew-deadline-seconds", type=float, default=10.0)
-    a("--retry-period-seconds", type=float, default=2.0)
-    a("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    a("--webhook-listen", default="", help="HOST:PORT to serve the queue-name mutating webhook on (TLS); off when empty")
-    a("--webhook-cert-dir", default="", help="directory with tls.crt and tls.key for the webhook (a mounted TLS Secret)")
+    a("--lease-name", default="queuepilot-controller", metavar="NAME", help="name of the leader-election Lease")
+    a("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"), metavar="NAMESPACE",
+      help="namespace of the Lease (default from $POD_NAMESPACE)")
+    a("--identity", default="", help="leader-election identity (empty: $POD_NAME, else the host name)")
+    a("--lease-duration-seconds", type=positive_seconds, default=15.0, metavar="SECONDS",
+      help="how long a Lease holds without renewal")
+    a("--renew-deadline-seconds", type=positive_seconds, default=10.0, metavar="SECONDS",
+      help="the leader gives up leading when it cannot renew within this")
+    a("--retry-period-seconds", type=positive_seconds, default=2.0, metavar="SECONDS",
+      help="interval between Lease acquire or renew attempts")
+    a("--log-level", type=_upper, default="INFO", choices=LOG_LEVELS, help="log verbosity")
+    a("--webhook-listen", default="", metavar="HOST:PORT",
+      help="address to serve the queue-name mutating webhook on (TLS); off when empty")
+    a("--webhook-cert-dir", default="", metavar="DIR",
+      help="directory with tls.crt and tls.key for the webhook (a mounted TLS Secret)")
     return p
 
 
 def _apply_env(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
-    for action in parser._actions:
-        if not action.option_strings or action.dest == "help":
-            continue
-        flag = next(s for s in action.option_strings if s.startswith("--") and not s.startswith("--no-"))
-        name = _env_name(flag)
-        if name not in env:
-            continue
-        raw = env[name]
-        if isinstance(action, argparse.BooleanOptionalAction):
-            value: Any = _bool_env(name, raw)
-        elif action.type is not None:
-            try:
-                value = action.type(raw)  # type: ignore[operator]
-            except (ValueError, argparse.ArgumentTypeError) as e:
-                raise ConfigError(f"{name}={raw!r}: {e}") from e
-        else:
-            value = raw
-        if action.choices is not None and value not in action.choices:
-            raise ConfigError(f"{name}={raw!r}: choose from {', '.join(map(str, action.choices))}")
-        parser.set_defaults(**{action.dest: value})
+    try:
+        apply_env(parser, env, skip=("check_config",))
+    except EnvError as e:
+        raise ConfigError(str(e)) from None
 
 
 def load_settings(path: str | None) -> dict[str, Any]:
@@ -152,9 +187,14 @@ def load_settings(path: str | None) -> dict[str, Any]:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except OSError as e:
-        raise ConfigError(f"cannot read --config {path}: {e.strerror or e}") from e
+        raise ConfigError(f"cannot read --config {path}: {e.strerror or e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"--config {path} is not valid YAML: {e}") from e
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"--config {path} is not valid YAML: {where}{problem}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--config {path} is not a text file") from None
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(v, dict | type(None)) for v in data.values()):
@@ -162,32 +202,46 @@ def load_settings(path: str | None) -> dict[str, Any]:
     return {str(k): (v or {}) for k, v in data.items()}
 
 
+def validate_settings(settings: Mapping[str, Any], path: str | None) -> None:
+    """Every section of the config file, as the deciders and the webhook will read it."""
+    from autoscaler.webhook.server import webhook_settings
+
+    unknown = sorted(set(settings) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"--config {path}: unknown section(s) {', '.join(map(repr, unknown))} "
+                          f"(known: {', '.join(SECTIONS)})")
+    for check in (admission_config, scaling_defaults, webhook_settings):
+        try:
+            check(settings)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise ConfigError(f"--config {path}: {' '.join(str(e).split())}") from None
+
+
 def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ControllerConfig:
-    """Flags + environment -> ControllerConfig (raises ConfigError; argparse exits 2 on bad flags)."""
+    """Flags + environment + config file -> ControllerConfig; ConfigError (one line) for any problem."""
     env = os.environ if env is None else env
     parser = build_parser()
     _apply_env(parser, env)
     ns = parser.parse_args(list(argv))
-    host, port = ns.listen
+    host, port_ = ns.listen
     identity = ns.identity or env.get("POD_NAME") or socket.gethostname()
-    if ns.gpu_signal == "prometheus" and not ns.prometheus_url:
-        raise ConfigError("--gpu-signal prometheus needs --prometheus-url")
-    for name in ("resync_seconds", "signal_stale_seconds", "gpu_poll_seconds", "ray_poll_seconds"):
-        if getattr(ns, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be positive")
-    if ns.webhook_listen and not ns.webhook_cert_dir:
-        raise ConfigError("--webhook-listen needs --webhook-cert-dir (the webhook is served over TLS only)")
+    if ns.gpu_signal == "prometheus":
+        if not ns.prometheus_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--prometheus-url must be an http:// or https:// URL, got {ns.prometheus_url!r}")
+    if ns.webhook_listen:
+        try:
+            listen_arg(ns.webhook_listen)
+        except argparse.ArgumentTypeError as e:
+            raise ConfigError(f"--webhook-listen: {e}") from None
+        if not ns.webhook_cert_dir:
+            raise ConfigError("--webhook-listen needs --webhook-cert-dir (the webhook is served over TLS only)")
     if ns.leader_elect and not ns.renew_deadline_seconds < ns.lease_duration_seconds:
         raise ConfigError("--renew-deadline-seconds must be shorter than --lease-duration-seconds")
-    fields = {k: v for k, v in vars(ns).items() if k != "listen"}
+    if ns.leader_elect and not ns.retry_period_seconds < ns.renew_deadline_seconds:
+        raise ConfigError("--retry-period-seconds must be shorter than --renew-deadline-seconds")
+    fields_ = {k: v for k, v in vars(ns).items() if k != "listen"}
     settings = load_settings(ns.config_path)
-    if ns.webhook_listen:
-        from autoscaler.webhook.server import webhook_settings
-
-        try:
-            webhook_settings(settings)
-        except ValueError as e:
-            raise ConfigError(f"--config {ns.config_path}: {e}") from e
+    validate_settings(settings, ns.config_path)
     return ControllerConfig(
-        listen_host=host, listen_port=port, **{**fields, "identity": identity}, settings=settings,
+        listen_host=host, listen_port=port_, **{**fields_, "identity": identity}, settings=settings,
     )

@@ -5,8 +5,14 @@
 are folded per (``Hostname``, ``UUID``) by ``autoscaler.signals.gpu.fold_series``.  An optional
 ``selector`` (e.g. ``{cluster="a"}``) narrows every query.  Any failure -- connection, timeout,
 non-200, a body that is not a Prometheus success vector -- is counted in
-``queuepilot_source_errors_total{source="gpu", kind}`` and the last good reading is kept with its
-old ``observed_at`` (so it turns stale), never raised.
+``queuepilot_source_errors_total{source="gpu", kind}`` (kinds from ``servicekit.errors``) and the
+last good reading is kept with its old ``observed_at`` (so it turns stale, which the signal-age
+metric shows), never raised.
+
+A Prometheus that cannot be reached, or a URL that is not a Prometheus HTTP API (an HTML page, a
+404), is named in the log with the URL and what to check -- once when it starts, again when the
+problem changes and then with a doubling interval, not on every poll -- and once when it recovers.
+``last_error`` / ``status()`` describe the current problem for a health endpoint.
 """
 
 from __future__ import annotations
@@ -14,13 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
-from autoscaler.signals.gpu import FAMILIES, GpuReading, error_kind, fold_series
+from autoscaler.signals.gpu import FAMILIES, GpuReading, fold_series
+from servicekit.errors import BAD_RESPONSE, CONNECTION, NOT_FOUND, TIMEOUT, error_kind, status_kind
+from servicekit.logthrottle import ProblemLog
 
 log = logging.getLogger("queuepilot.gpu")
+QUERY_PATH = "/api/v1/query"
 
 
 class BadAnswer(ValueError):
@@ -31,17 +41,17 @@ class BadAnswer(ValueError):
 
 def _parse_vector(body: Any) -> list[tuple[dict[str, str], float]]:
     if not isinstance(body, dict) or body.get("status") != "success":
-        raise BadAnswer("bad_response", f"not a success answer: {str(body)[:200]}")
+        raise BadAnswer(BAD_RESPONSE, f"not a success answer: {str(body)[:200]}")
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
-        raise BadAnswer("bad_response", "answer is not an instant vector")
+        raise BadAnswer(BAD_RESPONSE, "answer is not an instant vector")
     out = []
     for s in data["result"]:
         if not isinstance(s, dict) or not isinstance(s.get("metric"), dict):
-            raise BadAnswer("bad_response", "vector sample without labels")
+            raise BadAnswer(BAD_RESPONSE, "vector sample without labels")
         v = s.get("value")
         if not isinstance(v, list) or len(v) != 2:
-            raise BadAnswer("bad_response", "vector sample without a value")
+            raise BadAnswer(BAD_RESPONSE, "vector sample without a value")
         out.append(({str(k): str(x) for k, x in s["metric"].items()}, float(v[1])))
     return out
 
@@ -63,22 +73,51 @@ class PrometheusGpuSignal:
         self._selector = selector
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._reading = GpuReading()
+        self._problems = ProblemLog(log, f"GPU signal from Prometheus {self._url}")
+        self._failing_since: float | None = None
 
     @property
     def reading(self) -> GpuReading:
         return self._reading
 
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def last_error(self) -> str | None:
+        """What went wrong in the latest poll, one line naming the URL (None after a success)."""
+        if self._problems.problem is None:
+            return None
+        return f"Prometheus {self._url}: {self._problems.detail} ({self._problems.problem})"
+
+    def status(self) -> dict[str, Any]:
+        """For a health endpoint: ``ok``, ``url``, ``error`` (kind), ``detail``, ``failing_since`` (the
+        ``now`` of the first failed poll), ``failures`` (consecutive), ``observed_at``."""
+        return {
+            "ok": self._problems.problem is None,
+            "url": self._url,
+            "error": self._problems.problem,
+            "detail": self._problems.detail or None,
+            "failing_since": self._failing_since,
+            "failures": self._problems.failures,
+            "observed_at": self._reading.observed_at,
+        }
+
     async def _query(self, family: str) -> list[tuple[dict[str, str], float]]:
         async with self._session.get(
-            f"{self._url}/api/v1/query", params={"query": f"{family}{self._selector}"}, timeout=self._timeout
+            f"{self._url}{QUERY_PATH}", params={"query": f"{family}{self._selector}"}, timeout=self._timeout
         ) as resp:
             if resp.status != 200:
-                kind = "http_5xx" if resp.status >= 500 else "http_4xx"
-                raise BadAnswer(kind, f"HTTP {resp.status} for {family}")
+                kind = status_kind(resp.status)
+                hint = "; is this a Prometheus server? check --prometheus-url" if kind == NOT_FOUND else ""
+                raise BadAnswer(kind, f"HTTP {resp.status} for {QUERY_PATH}{hint}")
             try:
                 body = await resp.json(content_type=None)
-            except ValueError as e:
-                raise BadAnswer("bad_response", f"answer for {family} is not JSON") from e
+            except ValueError:
+                ctype = resp.headers.get("Content-Type", "no content type")
+                raise BadAnswer(BAD_RESPONSE, f"the answer to {QUERY_PATH} is not JSON ({ctype}); is this a "
+                                "Prometheus server? check --prometheus-url") from None
         return _parse_vector(body)
 
     async def poll(self, now: float) -> None:
@@ -89,11 +128,29 @@ class PrometheusGpuSignal:
         except Exception as e:
             kind = e.kind if isinstance(e, BadAnswer) else error_kind(e)
             self._on_error(kind)
-            log.warning("GPU signal from Prometheus %s: %s (%s); keeping data from %s",
-                        self._url, kind, e, self._reading.observed_at)
+            if self._problems.problem is None:
+                self._failing_since = now
+            self._problems.failing(kind, self._describe(kind, e))
             return
         series = [(fam, labels, value) for fam, res in zip(FAMILIES, results, strict=True) for labels, value in res]
         self._reading = GpuReading(gpus=fold_series(series), observed_at=now)
+        self._failing_since = None
+        self._problems.ok()
+
+    def _describe(self, kind: str, e: Exception) -> str:
+        seen = self._reading.observed_at
+        kept = ("no GPU data read yet" if seen is None else
+                f"keeping the GPU data read at {datetime.fromtimestamp(seen, UTC):%Y-%m-%d %H:%M:%S}Z")
+        if isinstance(e, BadAnswer):
+            what = str(e)
+        elif kind == CONNECTION:
+            os_error = getattr(e, "os_error", None)
+            what = f"cannot connect ({(os_error.strerror if os_error else None) or type(e).__name__})"
+        elif kind == TIMEOUT:
+            what = f"no answer within {self._timeout.total:g}s"
+        else:
+            what = f"{type(e).__name__}: {e}"
+        return f"{' '.join(what.split())[:300]}; {kept}"
 
     async def close(self) -> None:
         return None

@@ -6,17 +6,28 @@ has no controlling owner (a RayCluster made by a RayJob or RayService is queued 
 as Kueue's own defaulting does) and its namespace maps to a LocalQueue in the configuration, the
 answer carries a base64 JSONPatch that adds the label.  An existing label is never changed.
 
+In dry-run (the controller's ``--dry-run``) the answer never carries a patch: it carries an
+AdmissionReview warning saying what would have been set (``queuepilot dry-run: would set label
+kueue.x-k8s.io/queue-name=team-a-queue``), which kubectl shows to the user, and is counted with
+result ``WouldLabel``.
+
 Errors, following the AdmissionReview API conventions:
 
 * a body that is not an ``admission.k8s.io/v1`` AdmissionReview with a ``request.uid`` cannot be
   answered as a review at all: HTTP 400 with a one-line message (the API server then applies the
-  webhook's ``failurePolicy``; the chart's default, Ignore, lets the object through unchanged);
+  webhook's ``failurePolicy``; the chart's default, Ignore, lets the object through unchanged).
+  That includes bodies the JSON parser refuses to follow: nesting deeper than Python's recursion
+  limit, integers longer than Python converts (4300 digits); a body over ``MAX_BODY_BYTES`` is
+  answered 413 and one that does not arrive within the server's body timeout 408; each of these is
+  counted as ``BadRequest``;
 * a review whose uid is known but whose object is malformed, or of a kind this webhook does not
   handle, is answered ``allowed: true`` without a patch and with a warning the user sees in kubectl.
 
 This webhook never denies a request.  Every review is reported to an optional ``on_review(kind,
 result)`` callback (bounded values: ``KINDS`` + ``"Other"``, ``RESULTS``) for a metric.
-Served over TLS only (``start_webhook`` / ``run_webhook``); see ``autoscaler.webhook.tls``.
+Served over TLS only (``start_webhook`` / ``run_webhook``; see ``autoscaler.webhook.tls``) by
+``servicekit.http``: header and body timeouts, a connection cap, size limits, throttled one-line
+logs for malformed requests.
 """
 
 from __future__ import annotations
@@ -33,6 +44,9 @@ from typing import Any
 from aiohttp import web
 
 from autoscaler.webhook.tls import CertReloader, cert_paths, make_server_ssl_context
+from servicekit import http as servicekit_http
+from servicekit.http import HttpServer, Limits, start_server
+from servicekit.listen import parse_listen as _parse_listen
 
 log = logging.getLogger("queuepilot.webhook")
 
@@ -43,9 +57,12 @@ REVIEW_API_VERSION = "admission.k8s.io/v1"
 RAY_GROUP = "ray.io"
 KINDS = ("RayCluster", "RayJob")
 MAX_BODY_BYTES = 8 * 1024 * 1024  # objects are at most ~1.5 MiB in etcd; leave room
+# the API server's webhook call times out after 10 s by default (30 s at most): a body slower than that is no review
+LIMITS = Limits(max_body_bytes=MAX_BODY_BYTES, body_timeout=10.0)
 
 # Results (the ``result`` label of a review counter): fixed CamelCase constants.
 LABELED = "Labeled"
+WOULD_LABEL = "WouldLabel"  # dry-run: the label that would have been set, as a warning, no patch
 LABEL_PRESENT = "LabelPresent"
 NAMESPACE_UNMAPPED = "NamespaceUnmapped"
 OPTED_OUT = "OptedOut"
@@ -55,7 +72,7 @@ UNSUPPORTED_KIND = "UnsupportedKind"
 MALFORMED_OBJECT = "MalformedObject"
 BAD_REQUEST = "BadRequest"
 INTERNAL_ERROR = "InternalError"
-RESULTS = (LABELED, LABEL_PRESENT, NAMESPACE_UNMAPPED, OPTED_OUT, OWNED, NOT_CREATE, UNSUPPORTED_KIND,
+RESULTS = (LABELED, WOULD_LABEL, LABEL_PRESENT, NAMESPACE_UNMAPPED, OPTED_OUT, OWNED, NOT_CREATE, UNSUPPORTED_KIND,
            MALFORMED_OBJECT, BAD_REQUEST, INTERNAL_ERROR)
 
 OnReview = Callable[[str, str], None]
@@ -160,6 +177,10 @@ def parse_review(body: bytes) -> dict[str, Any]:
         review = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadReview(f"request body is not JSON: {e}") from None
+    except RecursionError:
+        raise BadReview("request body nests too deeply to parse") from None
+    except ValueError as e:  # e.g. an integer over the 4300-digit conversion limit
+        raise BadReview(f"request body is not acceptable JSON: {str(e)[:120]}") from None
     if not isinstance(review, dict):
         raise BadReview("request body is not a JSON object (expected an AdmissionReview)")
     if review.get("apiVersion") != REVIEW_API_VERSION or review.get("kind") != "AdmissionReview":
@@ -197,12 +218,25 @@ class _LogOnce:
         log.log(level, message, *args, exc_info=exc_info)
 
 
+def dry_run_verdict(verdict: Verdict) -> Verdict:
+    """The dry-run form of a verdict: no patch; a labelling verdict becomes a warning saying what
+    would have been set."""
+    if verdict.result != LABELED:
+        return verdict
+    return Verdict(WOULD_LABEL, warning=f"queuepilot dry-run: would set label {QUEUE_NAME_LABEL}={verdict.queue}",
+                   queue=verdict.queue)
+
+
 def create_webhook_app(
     mapping: Mapping[str, str],
     opt_out_annotation: str = DEFAULT_OPT_OUT_ANNOTATION,
     on_review: OnReview | None = None,
+    *,
+    dry_run: bool = False,
+    limits: Limits = LIMITS,
 ) -> web.Application:
-    """The aiohttp app serving ``POST /mutate-ray`` (serve it only over TLS: ``start_webhook``)."""
+    """The aiohttp app serving ``POST /mutate-ray`` (serve it only over TLS: ``start_webhook``).
+    ``dry_run``: never patch, warn what would have been set."""
     queues = dict(mapping)
     log_once = _LogOnce()
 
@@ -218,14 +252,17 @@ def create_webhook_app(
         body = await request.read()
         try:
             req = parse_review(body)
-        except BadReview as e:
+        except Exception as e:  # BadReview, or anything a hostile body provokes: never a 500
+            message = str(e) if isinstance(e, BadReview) else f"request body cannot be read as a review ({type(e).__name__})"
             count("Other", BAD_REQUEST)
-            log_once(BAD_REQUEST, "rejected a malformed AdmissionReview from %s: %s", request.remote, e)
-            return web.json_response({"error": str(e)}, status=400)
+            log_once(BAD_REQUEST, "rejected a malformed AdmissionReview from %s: %s", request.remote, message)
+            return web.json_response({"error": message}, status=400)
         kind = req.get("kind")
         kind_name = kind.get("kind") if isinstance(kind, Mapping) else None
         try:
             verdict = decide(req, queues, opt_out_annotation)
+            if dry_run:
+                verdict = dry_run_verdict(verdict)
         except Exception:  # a bug here must not block or break object creation
             log_once(INTERNAL_ERROR, "queue-name webhook failed on review %s", req["uid"], exc_info=True)
             verdict = Verdict(INTERNAL_ERROR, warning="queuepilot queue-name webhook: internal error; "
@@ -236,32 +273,36 @@ def create_webhook_app(
             log_once(verdict.result, "review %s of %s %s: %s", req["uid"], kind_name, where, verdict.warning)
         elif verdict.result == LABELED:
             log.info("labelled %s %s with %s=%s", kind_name, where, QUEUE_NAME_LABEL, verdict.queue)
+        elif verdict.result == WOULD_LABEL:
+            log.info("dry-run: would label %s %s with %s=%s", kind_name, where, QUEUE_NAME_LABEL, verdict.queue)
         return web.json_response(review_response(req["uid"], verdict))
 
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=limits.max_body_bytes)
     app.router.add_post(WEBHOOK_PATH, mutate)
     return app
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` / ``:PORT`` / ``[v6]:PORT`` -> (host, port); ValueError otherwise."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"webhook listen address must be HOST:PORT, got {listen!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return _parse_listen(listen)
+
+
+# what the HTTP layer refuses before a review is read: counted as reviews that could not be answered
+_REFUSED_BODIES = frozenset({servicekit_http.TOO_LARGE, servicekit_http.BODY_TIMEOUT, servicekit_http.MALFORMED})
 
 
 class WebhookServer:
-    """A running TLS webhook server; ``port`` is the bound port, ``close()`` stops it."""
+    """A running TLS webhook server; ``port`` is the bound port, ``http`` the HTTP server (its
+    ``rejected`` counts), ``close()`` stops it."""
 
-    def __init__(self, runner: web.AppRunner, port: int, reloader: CertReloader) -> None:
-        self._runner = runner
-        self.port = port
+    def __init__(self, http: HttpServer, reloader: CertReloader) -> None:
+        self.http = http
+        self.port = http.port
         self._reloader = reloader
 
     async def close(self) -> None:
         await self._reloader.stop()
-        await self._runner.cleanup()
+        await self.http.close()
 
 
 async def start_webhook(
@@ -273,28 +314,31 @@ async def start_webhook(
     opt_out_annotation: str = DEFAULT_OPT_OUT_ANNOTATION,
     on_review: OnReview | None = None,
     reload_seconds: float = 60.0,
+    dry_run: bool = False,
+    limits: Limits = LIMITS,
 ) -> WebhookServer:
     """Serve the webhook over TLS on ``listen``; the certificate files are re-read when they change
     (cert-manager rotation).  OSError when the address cannot be bound; ssl.SSLError / OSError for
-    unreadable or mismatched certificate files."""
+    unreadable or mismatched certificate files; ValueError for a bad address."""
     if not certfile or not keyfile:
         raise ValueError("the webhook is served over TLS only: certfile and keyfile are required")
-    host, port = parse_listen(listen)
+    address = _parse_listen(listen)
     ctx = make_server_ssl_context(certfile, keyfile)
     reloader = CertReloader(ctx, certfile, keyfile, interval=reload_seconds)
-    runner = web.AppRunner(create_webhook_app(mapping, opt_out_annotation, on_review), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ctx)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    sockets = getattr(site._server, "sockets", None) or []
-    bound = sockets[0].getsockname()[1] if sockets else port
+
+    def refused(kind: str) -> None:
+        if kind in _REFUSED_BODIES and on_review is not None:
+            try:
+                on_review("Other", BAD_REQUEST)
+            except Exception:
+                log.debug("webhook on_review callback failed", exc_info=True)
+
+    app = create_webhook_app(mapping, opt_out_annotation, on_review, dry_run=dry_run, limits=limits)
+    http = await start_server(app, address, limits=limits, ssl_context=ctx, name="webhook", on_reject=refused)
     reloader.start()
-    log.info("queue-name webhook serving https://%s:%s%s for %d namespace(s)", host, bound, WEBHOOK_PATH, len(mapping))
-    return WebhookServer(runner, bound, reloader)
+    log.info("queue-name webhook serving https://%s:%s%s for %d namespace(s)%s", address.host, http.port,
+             WEBHOOK_PATH, len(mapping), " (dry-run: answers carry warnings, never patches)" if dry_run else "")
+    return WebhookServer(http, reloader)
 
 
 async def run_webhook(
@@ -305,10 +349,11 @@ async def run_webhook(
     *,
     opt_out_annotation: str = DEFAULT_OPT_OUT_ANNOTATION,
     on_review: OnReview | None = None,
+    dry_run: bool = False,
 ) -> None:
     """Serve until cancelled (run it as a task; cancel the task to stop)."""
     server = await start_webhook(listen, certfile, keyfile, mapping, opt_out_annotation=opt_out_annotation,
-                                 on_review=on_review)
+                                 on_review=on_review, dry_run=dry_run)
     try:
         await asyncio.Event().wait()
     finally:
@@ -316,7 +361,7 @@ async def run_webhook(
 
 
 __all__ = [
-    "DEFAULT_OPT_OUT_ANNOTATION", "KINDS", "QUEUE_NAME_LABEL", "RESULTS", "WEBHOOK_PATH", "BadReview",
+    "DEFAULT_OPT_OUT_ANNOTATION", "KINDS", "LIMITS", "QUEUE_NAME_LABEL", "RESULTS", "WEBHOOK_PATH", "BadReview",
     "Verdict", "WebhookServer", "WebhookSettings", "cert_paths", "create_webhook_app", "decide",
-    "parse_review", "review_response", "run_webhook", "start_webhook", "webhook_settings",
+    "dry_run_verdict", "parse_review", "review_response", "run_webhook", "start_webhook", "webhook_settings",
 ]

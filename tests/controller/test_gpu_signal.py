@@ -46,7 +46,7 @@ async def test_prometheus_mode_against_a_real_prometheus(answers, tmp_path):
             sig._url = answers.url
             answers.mode = "500"
             await sig.poll(now=200.0)
-            assert errors == Counter({"http_5xx": 1})
+            assert errors == Counter({"server": 1})
             check_reading(sig.reading)
             assert sig.reading.observed_at == 123.0
             # a selector narrows every query
@@ -55,7 +55,7 @@ async def test_prometheus_mode_against_a_real_prometheus(answers, tmp_path):
             assert none.reading.gpus == () and none.reading.observed_at == 124.0
 
 
-@pytest.mark.parametrize(("mode", "kind"), [("500", "http_5xx"), ("garbage", "bad_response"),
+@pytest.mark.parametrize(("mode", "kind"), [("500", "server"), ("garbage", "bad_response"),
                                             ("wrong_shape", "bad_response"), ("ok", "bad_response"),
                                             ("slow", "timeout")])
 async def test_prometheus_bad_answers_are_counted_and_old_data_kept(answers, mode, kind):
@@ -81,7 +81,7 @@ async def test_scrape_mode_and_its_failures(answers):
         assert not errors
         check_reading(sig.reading)
         assert sig.reading.observed_at == 100.0
-        for mode, kind in (("500", "http_5xx"), ("garbage", "bad_response")):
+        for mode, kind in (("500", "server"), ("garbage", "bad_response")):
             answers.mode = mode
             await sig.poll(now=200.0)
             assert errors[kind] == 1
@@ -106,4 +106,4 @@ async def test_scrape_discovery_failure_is_counted():
     async with aiohttp.ClientSession() as session:
         sig = ScrapeGpuSignal(session, discover, (lambda k: errors.update([k])))
         await sig.poll(now=1.0)
-        assert errors == Counter({"discovery": 1}) and sig.reading.observed_at is None
+        assert errors == Counter({"connection": 1}) and sig.reading.observed_at is None

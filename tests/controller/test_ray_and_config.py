@@ -90,14 +90,14 @@ async def test_controller_polls_ray_heads_and_reports_demand(fake_api):
 
 def test_flags_env_and_config_file(tmp_path):
     cfg = tmp_path / "policy.yaml"
-    cfg.write_text("admission:\n  staleSignal: hold\nscaling:\n  targetGpuUtilization: 0.6\n")
+    cfg.write_text("admission:\n  stale_signal_mode: hold\nscaling:\n  target_gpu_utilization: 0.6\n")
     c = parse_config(["--listen", "127.0.0.1:9999", "--config", str(cfg), "--no-leader-elect"],
                      env={"QUEUEPILOT_RESYNC_SECONDS": "12", "QUEUEPILOT_DRY_RUN": "true",
                           "QUEUEPILOT_GPU_SIGNAL": "scrape", "POD_NAME": "qp-7f9"})
     assert (c.listen_host, c.listen_port, c.resync_seconds, c.dry_run, c.gpu_signal) == (
         "127.0.0.1", 9999, 12.0, True, "scrape")
     assert not c.leader_elect and c.identity == "qp-7f9"
-    assert c.settings == {"admission": {"staleSignal": "hold"}, "scaling": {"targetGpuUtilization": 0.6}}
+    assert c.settings == {"admission": {"stale_signal_mode": "hold"}, "scaling": {"target_gpu_utilization": 0.6}}
     # the command line wins over the environment
     assert parse_config(["--resync-seconds", "5"], env={"QUEUEPILOT_RESYNC_SECONDS": "12"}).resync_seconds == 5
     with pytest.raises(ConfigError, match="QUEUEPILOT_DRY_RUN"):
@@ -137,7 +137,110 @@ def test_unreachable_api_server_exits_2_with_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         f"queuepilot controller: kubeconfig {tmp_path / 'nope'} not found"]
     r = run_cli(env={"QUEUEPILOT_RESYNC_SECONDS": "-1", "QUEUEPILOT_KUBECONFIG": str(kc)})
-    assert r.returncode == 2 and "resync-seconds must be positive" in r.stderr
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "queuepilot controller: QUEUEPILOT_RESYNC_SECONDS='-1': must be > 0 seconds, got -1"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--resync-seconds", "0"], "argument --resync-seconds: must be > 0 seconds, got 0"),
+    (["--gpu-poll-seconds", "-5"], "argument --gpu-poll-seconds: must be > 0 seconds"),
+    (["--ray-poll-seconds", "nan"], "argument --ray-poll-seconds: must be a finite number of seconds"),
+    (["--signal-stale-seconds", "inf"], "must be a finite number of seconds"),
+    (["--debounce-seconds", "-0.1"], "argument --debounce-seconds: must be >= 0 seconds"),
+    (["--ray-concurrency", "0"], "argument --ray-concurrency: must be >= 1, got 0"),
+    (["--exporter-port", "70000"], "argument --exporter-port: must be between 1 and 65535"),
+    (["--max-connections", "x"], "argument --max-connections: expected a whole number"),
+    (["--listen", "8080"], "argument --listen: listen address must be HOST:PORT"),
+    (["--webhook-listen", "nope", "--webhook-cert-dir", "/tmp"], "--webhook-listen: listen address must be"),
+    (["--prometheus-url", "prometheus:9090"], "--prometheus-url must be an http:// or https:// URL"),
+    (["--retry-period-seconds", "12"], "--retry-period-seconds must be shorter than --renew-deadline-seconds"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+])
+def test_bad_durations_counts_and_flags_are_one_line_and_exit_2(args, message):
+    r = run_cli(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("queuepilot controller: ") and message in lines[0], r.stderr
+
+
+KUBECONFIG_OK = (
+    "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+    "clusters: [{name: c, cluster: {server: 'https://10.0.0.1:6443'}}]\n"
+    "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("hello\n", "is not a kubeconfig: expected a mapping with clusters, contexts and users, found a str ('hello')"),
+    ("apiVersion: v1\nclusters: [\n  - a: b\n", "is not valid YAML: line 3, column 3: expected the node content"),
+    ("", "is not a kubeconfig: expected a mapping with clusters, contexts and users, found an empty file"),
+    ("apiVersion: v1\nkind: Config\nclusters: []\n", "is not a kubeconfig: no clusters list"),
+    (KUBECONFIG_OK.replace("current-context: c", "current-context: other"), "no context named 'other'"),
+    (KUBECONFIG_OK.replace("server: 'https://10.0.0.1:6443'", "insecure: true"), "has no https:// server URL"),
+])
+@pytest.mark.parametrize("check", [False, True])
+def test_malformed_kubeconfig_is_one_line_and_exit_2(tmp_path, text, message, check):
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(text)
+    r = run_cli("--kubeconfig", str(kc), *(["--check-config"] if check else []))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"queuepilot controller: kubeconfig {kc}") and message in lines[0], \
+        r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_check_config_validates_offline_and_says_what_would_run(tmp_path):
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(KUBECONFIG_OK)  # its server does not exist: --check-config never connects
+    cfg = tmp_path / "policy.yaml"
+    cfg.write_text("admission:\n  stale_signal_mode: hold\nscaling:\n  idle_window: 10m\n"
+                   "webhook:\n  namespace_queues: {team-a: team-a-queue}\n")
+    r = run_cli("--check-config", "--kubeconfig", str(kc), "--config", str(cfg), "--dry-run", "--no-leader-elect",
+                "--prometheus-url", "http://prom.monitoring:9090")
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.strip()
+    assert line.startswith("queuepilot controller: configuration valid: mode dry-run")
+    for part in ("leader election off", "GPU signal prometheus http://prom.monitoring:9090",
+                 "AdmissionCheck controller queuepilot.io/gpu-capacity", f"config {cfg}",
+                 f"credentials: kubeconfig {kc} (context c, server https://10.0.0.1:6443)"):
+        assert part in line, line
+    assert r.stderr == ""
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("admision:\n  stale_signal_mode: hold\n", "unknown section(s) 'admision' (known: admission, scaling, webhook)"),
+    ("admission:\n  staleSignal: hold\n", "config admission.staleSignal: unknown key 'staleSignal'"),
+    ("scaling:\n  idle_window: soon\n", "config scaling.idle_window: not a duration"),
+    ("scaling:\n  tolerance: [1]\n", "--config"),
+    ("scaling:\n  target_gpu_utilization: 1.5\n", "ratio must be in (0, 1]"),
+    ("admission: {\n", "is not valid YAML: line 2, column 1"),
+    ("webhook:\n  namespace_queues: {Team_A: q}\n", "'Team_A' is not a namespace name"),
+])
+@pytest.mark.parametrize("check", [False, True])
+def test_malformed_config_file_is_one_line_and_exit_2(tmp_path, text, message, check):
+    cfg = tmp_path / "policy.yaml"
+    cfg.write_text(text)
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(KUBECONFIG_OK)
+    # without --check-config the file is refused before any connection is tried (10.0.0.1 is never dialled)
+    r = run_cli("--config", str(cfg), "--kubeconfig", str(kc), *(["--check-config"] if check else []))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"queuepilot controller: --config {cfg}"), r.stderr
+    assert message in lines[0]
+
+
+def test_help_shows_every_default():
+    r = run_cli("--help")
+    assert r.returncode == 0
+    out = " ".join(r.stdout.split())
+    for text in ("--resync-seconds SECONDS periodic pass interval (passes also follow watch events) "
+                 "[env QUEUEPILOT_RESYNC_SECONDS] (default: 30.0)",
+                 "(default: 0.0.0.0:8080)", "(default: prometheus)", "[env QUEUEPILOT_DRY_RUN] (default: False)",
+                 "--check-config", "(default: 128)"):
+        assert text in out, text
+    assert "`" not in r.stdout  # plain text
 
 
 async def test_sigterm_releases_the_lease_and_exits_0(fake_api, tmp_path):

@@ -84,7 +84,7 @@ async def test_bad_flags_exit_2() -> None:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2 and b"--listen must be HOST:PORT" in err
+    assert proc.returncode == 2 and b"argument --listen: listen address must be HOST:PORT" in err
 
 
 def test_every_flag_has_its_environment_variable(monkeypatch) -> None:
@@ -101,13 +101,14 @@ def test_every_flag_has_its_environment_variable(monkeypatch) -> None:
     monkeypatch.setenv("QUEUEPILOT_SIM_GPUS", "3")
     monkeypatch.setenv("QUEUEPILOT_SIM_MODEL", "NVIDIA L4")
     monkeypatch.setenv("QUEUEPILOT_SIM_SEED", "9")
+    monkeypatch.setenv("QUEUEPILOT_MAX_CONNECTIONS", "7")
     monkeypatch.setenv("QUEUEPILOT_LOG_LEVEL", "debug")
     args = vars(build_parser().parse_args([]))
     assert args == {
-        "source": "dcgm", "listen": "127.0.0.1:9999", "interval": 2.5, "node_name": "node-env",
+        "source": "dcgm", "listen": ("127.0.0.1", 9999), "interval": 2.5, "node_name": "node-env",
         "dcgm_url": "http://dcgm:9400/metrics", "dcgm_timeout": 3.0, "pod_resources_socket": "",
         "drain_xids": frozenset({79, 48}), "fatal_xid_window": 120.0, "thermal_window": 30.0, "sim_gpus": 3,
-        "sim_model": "NVIDIA L4", "sim_seed": 9, "log_level": "DEBUG",
+        "sim_model": "NVIDIA L4", "sim_seed": 9, "max_connections": 7, "log_level": "DEBUG",
     }
     assert vars(build_parser().parse_args(["--source", "sim", "--interval", "1"]))["source"] == "sim"  # flags win
 
@@ -116,4 +117,29 @@ def test_a_bad_environment_value_is_a_usage_error(monkeypatch, capsys) -> None:
     monkeypatch.setenv("QUEUEPILOT_SOURCE", "cuda")
     with pytest.raises(SystemExit) as e:
         main([])
-    assert e.value.code == 2 and "QUEUEPILOT_SOURCE must be one of" in capsys.readouterr().err
+    assert e.value.code == 2 and "QUEUEPILOT_SOURCE='cuda': choose from nvml, dcgm, sim" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("QUEUEPILOT_INTERVAL", "0", "must be > 0 seconds"),
+    ("QUEUEPILOT_INTERVAL", "inf", "must be a finite number"),
+    ("QUEUEPILOT_SIM_GPUS", "-1", "must be >= 0"),
+    ("QUEUEPILOT_MAX_CONNECTIONS", "0", "must be >= 1"),
+    ("QUEUEPILOT_LISTEN", "::1:80", "put an IPv6 address in brackets"),
+])
+def test_bad_durations_counts_and_addresses_from_the_environment(monkeypatch, capsys, variable, value, message):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as e:
+        main([])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and variable in err and message in err and "Traceback" not in err
+
+
+def test_help_shows_every_default_and_variable(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        build_parser({}).parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert e.value.code == 0
+    for text in ("[env QUEUEPILOT_SOURCE] (default: nvml)", "(default: 0.0.0.0:9400)", "(default: 10.0)",
+                 "[env NODE_NAME, QUEUEPILOT_NODE_NAME]", "[env QUEUEPILOT_MAX_CONNECTIONS] (default: 128)"):
+        assert text in out
