@@ -141,6 +141,16 @@ WRITES_TOTAL = MetricSpec(
     "states, the Active condition and Events).",
     "count", ("resource", "verb"), "ALPHA", "actuators",
 )
+OBJECTS_IN_WRITE_BACKOFF = MetricSpec(
+    "queuepilot_objects_in_write_backoff", "gauge",
+    "Objects whose last write failed and whose writes are held back (per-object exponential backoff), by resource.",
+    "count", ("resource",), "ALPHA", "actuators",
+)
+EVENTS_DEDUPLICATED_TOTAL = MetricSpec(
+    "queuepilot_events_deduplicated_total", "counter",
+    "Events not sent because the same Event already exists (posted before, e.g. by the previous leader).",
+    "count", (), "ALPHA", "actuators",
+)
 WEBHOOK_REVIEWS_TOTAL = MetricSpec(
     "queuepilot_webhook_reviews_total", "counter",
     "AdmissionReviews answered by the queue-name webhook, by object kind and result (autoscaler.webhook.server.RESULTS).",
@@ -164,7 +174,8 @@ RAY_FAMILIES = (RAY_WORKERS, RAY_PENDING_GPUS, RAY_GPU_UTILIZATION, RAY_IDLE_GPU
 SCALING_FAMILIES = (SCALE_DECISIONS_TOTAL,)
 SELF_FAMILIES = (
     IS_LEADER, RECONCILE_SECONDS, WATCH_RESTARTS_TOTAL, SIGNAL_AGE_SECONDS, SIGNAL_STALE,
-    SOURCE_ERRORS_TOTAL, WRITE_ERRORS_TOTAL, WRITES_TOTAL, WEBHOOK_REVIEWS_TOTAL, CACHE_OBJECTS, CACHE_SYNCED,
+    SOURCE_ERRORS_TOTAL, WRITE_ERRORS_TOTAL, WRITES_TOTAL, OBJECTS_IN_WRITE_BACKOFF, EVENTS_DEDUPLICATED_TOTAL,
+    WEBHOOK_REVIEWS_TOTAL, CACHE_OBJECTS, CACHE_SYNCED,
 )
 
 CATALOG: tuple[MetricSpec, ...] = (
@@ -176,3 +187,4 @@ FLAVOR_STATES = ("nominal", "healthy", "unhealthy", "allocated", "free")
 WORKER_KINDS = ("current", "desired", "min", "max")
 DIRECTIONS = ("up", "down", "hold")
 MODES = ("live", "dry_run")  # the ``mode`` label of the decision counters
+WRITE_RESOURCES = ("workloads/status", "admissionchecks/status", "rayclusters", "events")  # ``resource`` of writes

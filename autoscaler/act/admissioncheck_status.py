@@ -9,15 +9,13 @@ Written in dry-run too: a shadow controller must leave Kueue admitting as it wou
 
 from __future__ import annotations
 
-import logging
+from functools import partial
 from typing import Any
 
-from kubernetes_asyncio.client import CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
-from autoscaler.act.outcome import WriteOutcome, error_kind, rfc3339
-
-log = logging.getLogger(__name__)
+from autoscaler.act.guard import Failure, WriteGuard, WriteKey
+from autoscaler.act.outcome import WriteOutcome, rfc3339
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
@@ -39,24 +37,23 @@ def active_body(name: str, now: float) -> dict[str, Any]:
     }
 
 
+def check_key(name: str) -> WriteKey:
+    return WriteKey(RESOURCE, f"{GROUP}/{VERSION}", "AdmissionCheck", "", name)
+
+
 async def ensure_active(
-    api_client: Any, name: str, *, field_manager: str, now: float, counters: Any = None
+    api_client: ApiClient, name: str, *, field_manager: str, now: float, write_guard: WriteGuard | None = None
 ) -> WriteOutcome:
     """Apply ``Active=True`` on AdmissionCheck ``name`` (the caller checked it is ours and not active)."""
-    try:
-        await CustomObjectsApi(api_client).patch_cluster_custom_object_status(
-            GROUP, VERSION, PLURAL, name, active_body(name, now),
-            field_manager=field_manager, force=True, _content_type=APPLY,
-        )
-    except ApiException as exc:
-        if counters is not None:
-            counters.write_errors.labels(resource=RESOURCE, kind=error_kind(exc)).inc()
-        log.warning("could not set Active on AdmissionCheck %s: %s %s", name, exc.status, exc.reason)
-        return WriteOutcome("error", error_kind(exc), 1)
-    except Exception as exc:
-        if counters is not None:
-            counters.write_errors.labels(resource=RESOURCE, kind=error_kind(exc)).inc()
-        return WriteOutcome("error", error_kind(exc), 1)
-    if counters is not None:
-        counters.writes.labels(resource=RESOURCE, verb="patch").inc()
+    wg = write_guard or WriteGuard()
+    key = check_key(name)
+    held = wg.blocked(key, now)
+    if held is not None:
+        return held
+    res = await wg.call(key, partial(CustomObjectsApi(api_client).patch_cluster_custom_object_status, GROUP,
+                                     VERSION, PLURAL, name, active_body(name, now), field_manager=field_manager,
+                                     force=True, _content_type=APPLY), now)
+    if isinstance(res, Failure):
+        return WriteOutcome("error", res.kind, 1)
+    wg.succeeded(key, "patch")
     return WriteOutcome("written", "", 1)

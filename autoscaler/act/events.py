@@ -1,28 +1,43 @@
 """Kubernetes Events for every decision that changes something (and for malformed annotations).
 
 ``EventSink.post`` never blocks and never raises: events go to a bounded queue that a background
-task (started on demand, ending when the queue is empty) sends with ``CoreV1Api.create_namespaced_event`` (core v1 ``events`` create).  A full queue
-drops the event (counted as ``write_errors{resource="events", kind="dropped"}``); a failed send is
-counted and logged once per kind.  Messages are cut to 1024 characters.  Events are sent in dry-run
-too: they change nothing in admission or scaling, and they are how a shadow run explains itself.
+task (started on demand, ending when the queue is empty) sends with
+``CoreV1Api.create_namespaced_event`` (core v1 ``events`` create, the only verb needed).  A full
+queue drops the event (counted as ``write_errors{resource="events", kind="dropped"}``); a failed
+send goes through the write guard (counted, logged, and the object's further Events are dropped
+while it is backed off).  Messages are cut to 1024 characters.
+
+Each Event's name is derived from the object, the reason and the message (``event_name``), not
+``generateName``: when a new leader decides again what the previous one already reported, its
+create answers 409 AlreadyExists and the Event is skipped and counted as deduplicated
+(``queuepilot_events_deduplicated_total``), not as an error.  The API server deletes Events after
+its event TTL (1 h by default), so the same text on the same object is reported again after that.
+
+Events are sent in dry-run too: they change nothing in admission or scaling, and they are how a
+shadow run explains itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
-from kubernetes_asyncio.client import CoreV1Api
+from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from autoscaler.act.outcome import error_kind, rfc3339
+from autoscaler.act.guard import Failure, WriteCounters, WriteGuard, WriteKey
+from autoscaler.act.outcome import rfc3339
 
 log = logging.getLogger(__name__)
 
 EventType = Literal["Normal", "Warning"]
 MAX_MESSAGE = 1024
+MAX_NAME = 253  # an Event's name is a DNS subdomain
+RESOURCE = "events"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +61,27 @@ class PendingEvent:
     at: float
 
 
+def event_namespace(ref: ObjectRef) -> str:
+    """Where the Event lives: the object's namespace, ``default`` for a cluster-scoped object."""
+    return ref.namespace or "default"
+
+
+def event_name(ev: PendingEvent) -> str:
+    """A name derived from what the Event says: (the object, its resourceVersion when given, type,
+    reason, message).  Two leaders that post the same decision post the same name; the second
+    create answers 409 AlreadyExists and is skipped."""
+    ident = ev.ref.uid or f"{ev.ref.api_version}/{ev.ref.kind}/{ev.ref.namespace}/{ev.ref.name}"
+    text = "\x00".join((ident, ev.ref.resource_version, ev.type, ev.reason, ev.message[:MAX_MESSAGE]))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return f"{ev.ref.name[:MAX_NAME - len(digest) - 1]}.{digest}"
+
+
 def event_body(ev: PendingEvent, component: str, instance: str) -> dict[str, Any]:
-    """A core v1 Event (generateName, so repeated reasons never collide)."""
+    """A core v1 Event with a name derived from its content (``event_name``)."""
     ts = rfc3339(ev.at)
-    involved = {"apiVersion": ev.ref.api_version, "kind": ev.ref.kind, "namespace": ev.ref.namespace,
-                "name": ev.ref.name}
+    involved = {"apiVersion": ev.ref.api_version, "kind": ev.ref.kind, "name": ev.ref.name}
+    if ev.ref.namespace:
+        involved["namespace"] = ev.ref.namespace
     if ev.ref.uid:
         involved["uid"] = ev.ref.uid
     if ev.ref.resource_version:
@@ -58,7 +89,7 @@ def event_body(ev: PendingEvent, component: str, instance: str) -> dict[str, Any
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{ev.ref.name}.", "namespace": ev.ref.namespace},
+        "metadata": {"name": event_name(ev), "namespace": event_namespace(ev.ref)},
         "involvedObject": involved,
         "reason": ev.reason,
         "message": ev.message[:MAX_MESSAGE],
@@ -77,21 +108,23 @@ class EventSink:
 
     def __init__(
         self,
-        api_client: Any,
-        counters: Any = None,
+        api_client: ApiClient | None,
+        counters: WriteCounters | None = None,
         *,
         component: str = "queuepilot",
         instance: str = "queuepilot-controller",
         maxsize: int = 1000,
+        write_guard: WriteGuard | None = None,
     ) -> None:
         self._api = api_client
         self._counters = counters
         self._component = component
         self._instance = instance
+        self._guard = write_guard or WriteGuard(counters)
         self._queue: asyncio.Queue[PendingEvent] = asyncio.Queue(maxsize=maxsize)
         self._task: asyncio.Task[None] | None = None
-        self._logged: set[str] = set()
         self.sent = 0
+        self.deduplicated = 0
 
     def post(self, ref: ObjectRef, type_: EventType, reason: str, message: str, now: float) -> None:
         if self._api is None:
@@ -99,7 +132,7 @@ class EventSink:
         try:
             self._queue.put_nowait(PendingEvent(ref, type_, reason, message, now))
         except asyncio.QueueFull:
-            self._count_error("dropped")
+            self._dropped()
             return
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="queuepilot-events")
@@ -107,28 +140,40 @@ class EventSink:
     async def _run(self) -> None:
         """Send until the queue is empty, then end (``post`` starts a new sender when needed), so an
         idle sink leaves no task behind at shutdown."""
+        assert self._api is not None  # post queues nothing without a client
         core = CoreV1Api(self._api)
         while not self._queue.empty():
             ev = self._queue.get_nowait()
             try:
-                await core.create_namespaced_event(ev.ref.namespace, event_body(ev, self._component, self._instance))
-                self.sent += 1
-                if self._counters is not None:
-                    self._counters.writes.labels(resource="events", verb="create").inc()
+                await self._send(core, ev)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # an Event must never break the loop
-                kind = error_kind(exc)
-                self._count_error(kind)
-                if kind not in self._logged:
-                    self._logged.add(kind)
-                    log.warning("event %s on %s/%s not sent: %s", ev.reason, ev.ref.namespace, ev.ref.name, exc)
+            except Exception:  # an Event must never break the loop
+                log.exception("event %s on %s/%s not sent", ev.reason, ev.ref.namespace, ev.ref.name)
             finally:
                 self._queue.task_done()
 
-    def _count_error(self, kind: str) -> None:
+    async def _send(self, core: CoreV1Api, ev: PendingEvent) -> None:
+        key = WriteKey(RESOURCE, ev.ref.api_version, ev.ref.kind, ev.ref.namespace, ev.ref.name, ev.ref.uid)
+        if self._guard.blocked(key, ev.at) is not None:  # this object's Events keep failing: wait
+            self._dropped()
+            return
+        res = await self._guard.call(
+            key, partial(core.create_namespaced_event, event_namespace(ev.ref),
+                         event_body(ev, self._component, self._instance)), ev.at, expected=(409,))
+        if isinstance(res, Failure):
+            if res.status == 409:  # already posted (by us, or by the previous leader): not again
+                self.deduplicated += 1
+                self._guard.settled(key)
+                if self._counters is not None:
+                    self._counters.event_deduplicated()
+            return
+        self.sent += 1
+        self._guard.succeeded(key, "create")
+
+    def _dropped(self) -> None:
         if self._counters is not None:
-            self._counters.write_errors.labels(resource="events", kind=kind).inc()
+            self._counters.write_failed(RESOURCE, "dropped")
 
     async def drain(self, limit_seconds: float = 5.0) -> None:
         """Wait until every queued event was sent (or failed); for tests and shutdown."""

@@ -3,7 +3,10 @@
 Each call is one of the guarded writes in this package: ``workload_status.write_check_state``
 (server-side apply of our admission-check entry after a fresh read and the guards),
 ``raycluster_patch.patch_group`` (one JSON patch pinned to the snapshot's resourceVersion),
-``admissioncheck_status.ensure_active``; Events go through one background ``EventSink``.
+``admissioncheck_status.ensure_active``; Events go through one background ``EventSink``.  All of
+them share one ``WriteGuard`` (``act.guard``): per-object backoff after a failed write, counted in
+``queuepilot_write_errors_total`` and ``queuepilot_objects_in_write_backoff``, and a Warning
+``WritesFailing`` Event on an object whose writes keep failing (once per failure streak).
 
 In dry-run (shadow mode) the check's ``Active`` condition, ``Ready`` check states and Events are
 written; any other check state and every RayCluster patch answer ``dry_run`` without a request.
@@ -12,10 +15,13 @@ written; any other check state and every RayCluster patch answer ``dry_run`` wit
 from __future__ import annotations
 
 import logging
-from typing import Any
+import random
+
+from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.act.admissioncheck_status import ensure_active
 from autoscaler.act.events import EventSink, ObjectRef
+from autoscaler.act.guard import WRITES_FAILING, BackoffPolicy, WriteCounters, WriteGuard, WriteKey
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.raycluster_patch import patch_group
 from autoscaler.act.workload_status import write_check_state
@@ -30,37 +36,46 @@ log = logging.getLogger(__name__)
 class KubeWriter:
     def __init__(
         self,
-        api_client: Any,
-        counters: Any,
+        api_client: ApiClient | None,
+        counters: WriteCounters | None,
         *,
         controller_name: str,
         field_manager: str,
         dry_run: bool = False,
         events: EventSink | None = None,
+        backoff: BackoffPolicy | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.api_client = api_client
         self.counters = counters
         self.controller_name = controller_name
         self.field_manager = field_manager
         self.dry_run = dry_run
-        self.events = events or EventSink(api_client, counters)
+        rng = rng or random.Random()
+        policy = backoff or BackoffPolicy()
+        self.events = events or EventSink(api_client, counters, write_guard=WriteGuard(counters, policy, rng))
+        self.guard = WriteGuard(counters, policy, rng, on_failing=self._writes_failing)
+
+    def _writes_failing(self, key: WriteKey, message: str, now: float) -> None:
+        ref = ObjectRef(key.api_version, key.kind, key.namespace, key.name, key.uid)
+        self.events.post(ref, "Warning", WRITES_FAILING, message, now)
 
     async def activate_check(self, name: str, now: float) -> WriteOutcome:
         if self.api_client is None:
             return WriteOutcome("dry_run", "no_client")
         return await ensure_active(self.api_client, name, field_manager=self.controller_name, now=now,
-                                   counters=self.counters)
+                                   write_guard=self.guard)
 
     async def set_check_state(self, decision: AdmissionDecision, now: float) -> WriteOutcome:
         if self.dry_run and decision.state != CHECK_READY:
             log.info("dry-run: not writing %s on %s", decision.state or "Pending", decision.workload)
             return WriteOutcome("dry_run", "not_ready")
         return await write_check_state(self.api_client, decision, field_manager=self.controller_name, now=now,
-                                       counters=self.counters)
+                                       write_guard=self.guard)
 
     async def patch_group(self, decision: GroupDecision, group_index: int, now: float) -> WriteOutcome:
-        return await patch_group(self.api_client, decision, group_index, field_manager=self.field_manager,
-                                 counters=self.counters, dry_run=self.dry_run)
+        return await patch_group(self.api_client, decision, group_index, field_manager=self.field_manager, now=now,
+                                 write_guard=self.guard, dry_run=self.dry_run)
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
         target = ref if isinstance(ref, ObjectRef) else ObjectRef(ref.api_version, ref.kind, ref.namespace,

@@ -11,17 +11,20 @@ The patch (``application/json-patch+json``) carries:
   idlest pods on a scale-down, emptied once those pods are gone — the operator never clears it;
   a clearing-only patch leaves ``replicas`` as it is);
 - in-tree autoscaler on: ``minReplicas`` / ``maxReplicas`` only.
+
+Any other failure holds the RayCluster back (``act.guard``: per-object backoff, counted, logged).
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
-from kubernetes_asyncio.client import CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
-from autoscaler.act.outcome import WriteOutcome, error_kind
+from autoscaler.act.guard import Failure, WriteGuard, WriteKey
+from autoscaler.act.outcome import WriteOutcome
 from autoscaler.core.policy.scaling import GroupDecision
 
 log = logging.getLogger(__name__)
@@ -56,44 +59,45 @@ def patch_ops(decision: GroupDecision, index: int) -> list[dict[str, Any]] | Non
     return ops
 
 
+def raycluster_key(decision: GroupDecision) -> WriteKey:
+    return WriteKey(RESOURCE, f"{GROUP}/{VERSION}", "RayCluster", decision.namespace, decision.cluster)
+
+
 async def patch_group(
-    api_client: Any,
+    api_client: ApiClient | None,
     decision: GroupDecision,
     index: int,
     *,
     field_manager: str,
-    counters: Any = None,
+    now: float,
+    write_guard: WriteGuard | None = None,
     dry_run: bool = False,
 ) -> WriteOutcome:
+    """One JSON patch for ``decision``; 409 -> ``conflict`` (no retry), 404 -> ``skipped``/``gone``,
+    any other failure -> the RayCluster is held back (``act.guard``)."""
     ops = patch_ops(decision, index)
     if ops is None:
         return WriteOutcome("unchanged")
-    if dry_run:
+    if dry_run or api_client is None:
         log.info("dry-run: would patch %s/%s group %s: %s", decision.namespace, decision.cluster, decision.group,
                  ops[2:])
         return WriteOutcome("dry_run")
-    try:
-        await CustomObjectsApi(api_client).patch_namespaced_custom_object(
-            GROUP, VERSION, decision.namespace, PLURAL, decision.cluster, ops,
-            field_manager=field_manager, _content_type=JSON_PATCH,
-        )
-    except ApiException as exc:
-        kind = error_kind(exc)
-        if counters is not None:
-            counters.write_errors.labels(resource=RESOURCE, kind=kind).inc()
-        if exc.status == 409:
+    wg = write_guard or WriteGuard()
+    key = raycluster_key(decision)
+    held = wg.blocked(key, now)
+    if held is not None:
+        return held
+    res = await wg.call(key, partial(CustomObjectsApi(api_client).patch_namespaced_custom_object, GROUP, VERSION,
+                                     decision.namespace, PLURAL, decision.cluster, ops, field_manager=field_manager,
+                                     _content_type=JSON_PATCH), now)
+    if isinstance(res, Failure):
+        if res.status == 409:
             log.info("RayCluster %s/%s changed since the snapshot; deciding again next pass",
                      decision.namespace, decision.cluster)
-            return WriteOutcome("conflict", kind, 1)
-        if exc.status == 404:
+            return WriteOutcome("conflict", res.kind, 1)
+        if res.status == 404:
+            wg.settled(key)
             return WriteOutcome("skipped", "gone", 1)
-        log.warning("patch of RayCluster %s/%s failed: %s %s", decision.namespace, decision.cluster,
-                    exc.status, exc.reason)
-        return WriteOutcome("error", kind, 1)
-    except Exception as exc:
-        if counters is not None:
-            counters.write_errors.labels(resource=RESOURCE, kind=error_kind(exc)).inc()
-        return WriteOutcome("error", error_kind(exc), 1)
-    if counters is not None:
-        counters.writes.labels(resource=RESOURCE, verb="patch").inc()
+        return WriteOutcome("error", res.kind, 1)
+    wg.succeeded(key, "patch")
     return WriteOutcome("written", "", 1)

@@ -7,19 +7,21 @@
 - server-side apply on ``/status``: field manager = our controller name, ``force=true``, body =
   apiVersion/kind/metadata(name, namespace, uid, resourceVersion) + ONLY our entry (name, state,
   lastTransitionTime, message, and requeueAfterSeconds for Retry);
-- 409 Conflict -> fresh GET and again (bounded); guards failing on the fresh read -> skip.
+- 409 Conflict -> fresh GET and again (bounded); guards failing on the fresh read -> skip;
+- any other failure -> the workload is held back (``act.guard``: per-object backoff, counted, logged).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
-from kubernetes_asyncio.client import CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
-from autoscaler.act.outcome import WriteOutcome, error_kind, rfc3339
+from autoscaler.act.guard import Failure, WriteGuard, WriteKey
+from autoscaler.act.outcome import WriteOutcome, rfc3339
 from autoscaler.core.policy.admission import AdmissionDecision
 from autoscaler.core.snapshot import CHECK_PENDING, CHECK_RETRY
 
@@ -90,62 +92,60 @@ def apply_body(obj: Mapping[str, Any], decision: AdmissionDecision, now: float) 
             "status": {"admissionChecks": [new_entry]}}
 
 
+def workload_key(decision: AdmissionDecision) -> WriteKey:
+    return WriteKey(RESOURCE, f"{GROUP}/{VERSION}", "Workload", decision.namespace, decision.name, decision.uid)
+
+
 async def write_check_state(
-    api_client: Any,
+    api_client: ApiClient | None,
     decision: AdmissionDecision,
     *,
     field_manager: str,
     now: float,
-    counters: Any = None,
+    write_guard: WriteGuard | None = None,
     max_attempts: int = 3,
 ) -> WriteOutcome:
     """Fresh read, guards, SSA of our entry; 409 -> re-read and retry up to ``max_attempts``.
 
+    Every request goes through ``write_guard`` (a fresh one, without memory, when None): while the
+    workload is held back after failed writes nothing is requested (``skipped``/``backoff``).
     Without an API client (demo, simulator) there is nothing to read or write: it counts as dry-run."""
     if api_client is None:
         return WriteOutcome("dry_run", "no_client", 0)
+    wg = write_guard or WriteGuard()
+    key = workload_key(decision)
+    held = wg.blocked(key, now)
+    if held is not None:
+        return held
     api = CustomObjectsApi(api_client)
     attempts = 0
     while attempts < max_attempts:
         attempts += 1
-        try:
-            obj = await api.get_namespaced_custom_object(GROUP, VERSION, decision.namespace, PLURAL, decision.name)
-        except ApiException as exc:
-            if exc.status == 404:
+        got = await wg.call(key, partial(api.get_namespaced_custom_object, GROUP, VERSION, decision.namespace,
+                                         PLURAL, decision.name), now, expected=(404,))
+        if isinstance(got, Failure):
+            if got.status == 404:
+                wg.settled(key)
                 return WriteOutcome("skipped", "gone", attempts)
-            _count_error(counters, exc)
-            return WriteOutcome("error", error_kind(exc), attempts)
-        except Exception as exc:
-            _count_error(counters, exc)
-            return WriteOutcome("error", error_kind(exc), attempts)
-        why = guard(obj, decision)
+            return WriteOutcome("error", got.kind, attempts)
+        why = guard(got, decision)
         if why:
+            wg.settled(key)
             return WriteOutcome("skipped", why, attempts)
-        body = apply_body(obj, decision, now)
+        body = apply_body(got, decision, now)
         if body is None:
+            wg.settled(key)
             return WriteOutcome("unchanged", "", attempts)
-        try:
-            await api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, decision.namespace, PLURAL, decision.name, body,
-                field_manager=field_manager, force=True, _content_type=APPLY,
-            )
-        except ApiException as exc:
-            if exc.status == 409 and attempts < max_attempts:
+        retry = attempts < max_attempts
+        put = await wg.call(key, partial(api.patch_namespaced_custom_object_status, GROUP, VERSION,
+                                         decision.namespace, PLURAL, decision.name, body, field_manager=field_manager,
+                                         force=True, _content_type=APPLY), now, expected=(409,) if retry else ())
+        if isinstance(put, Failure):
+            if put.status == 409 and retry:
                 continue
-            _count_error(counters, exc)
-            if exc.status == 409:
+            if put.status == 409:
                 return WriteOutcome("conflict", "conflict", attempts)
-            log.warning("status apply on %s failed: %s %s", decision.workload, exc.status, exc.reason)
-            return WriteOutcome("error", error_kind(exc), attempts)
-        except Exception as exc:
-            _count_error(counters, exc)
-            return WriteOutcome("error", error_kind(exc), attempts)
-        if counters is not None:
-            counters.writes.labels(resource=RESOURCE, verb="patch").inc()
+            return WriteOutcome("error", put.kind, attempts)
+        wg.succeeded(key, "patch")
         return WriteOutcome("written", "", attempts)
     return WriteOutcome("conflict", "conflict", attempts)
-
-
-def _count_error(counters: Any, exc: BaseException) -> None:
-    if counters is not None:
-        counters.write_errors.labels(resource=RESOURCE, kind=error_kind(exc)).inc()

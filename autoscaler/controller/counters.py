@@ -2,12 +2,13 @@
 
 Gauges that describe the cluster are rendered per scrape from the latest snapshot by
 ``autoscaler.controller.collector``; what happens *between* snapshots (decisions, writes, errors, watch
-restarts, admissions observed) is counted here.  One instance per process, on a private registry.
+restarts, admissions observed) is counted here, and so is the number of objects whose writes are
+held back after failures (set by the writers' guard as it changes).  One instance per process, on a private registry.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from autoscaler import metrics as m
 from exporter.metrics import MetricSpec
@@ -33,6 +34,11 @@ class ControllerCounters:
         self.write_errors = _counter(m.WRITE_ERRORS_TOTAL, registry)
         self.writes = _counter(m.WRITES_TOTAL, registry)
         self.webhook_reviews = _counter(m.WEBHOOK_REVIEWS_TOTAL, registry)
+        self.events_deduplicated = _counter(m.EVENTS_DEDUPLICATED_TOTAL, registry)
+        spec = m.OBJECTS_IN_WRITE_BACKOFF
+        self.write_backoff = Gauge(spec.name, spec.help, labelnames=spec.labels, registry=registry)
+        for resource in m.WRITE_RESOURCES:  # a series at 0 for each, not "no data"
+            self.write_backoff.labels(resource=resource).set(0)
 
     # the cluster layer's WatchReporter: caches report through these, never touching the metrics
     def watch_restarted(self, resource: str) -> None:
@@ -40,3 +46,16 @@ class ControllerCounters:
 
     def source_error(self, source: str, kind: str) -> None:
         self.source_errors.labels(source=source, kind=kind).inc()
+
+    # the act layer's WriteCounters: the writers count through these
+    def write_done(self, resource: str, verb: str) -> None:
+        self.writes.labels(resource=resource, verb=verb).inc()
+
+    def write_failed(self, resource: str, kind: str) -> None:
+        self.write_errors.labels(resource=resource, kind=kind).inc()
+
+    def objects_in_backoff(self, resource: str, count: int) -> None:
+        self.write_backoff.labels(resource=resource).set(count)
+
+    def event_deduplicated(self) -> None:
+        self.events_deduplicated.inc()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from autoscaler.act.events import ObjectRef
@@ -152,6 +153,8 @@ class ScalingReconciler:
         if not (wrote or would) and d.reason in _QUIET_REASONS and not d.infeasible:
             return
         message = d.message + (f"; infeasible: {'; '.join(d.infeasible)}" if d.infeasible else "")
+        if d.write != "none":  # a write is about the version it was pinned to (Events are named after both)
+            ref = replace(ref, resource_version=d.resource_version)
         if would:
             what = (f"would scale {d.direction} {d.current}->{d.desired}" if d.direction != "hold"
                     else f"would patch {d.write.replace('_', '/')}")

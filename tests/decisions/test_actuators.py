@@ -4,6 +4,7 @@ content types, Events that never block, malformed annotations."""
 from __future__ import annotations
 
 from autoscaler.act.events import EventSink, ObjectRef
+from autoscaler.act.guard import WriteGuard
 from autoscaler.act.raycluster_patch import patch_group, patch_ops
 from autoscaler.act.workload_status import write_check_state
 from autoscaler.controller.scaling import ScalingReconciler
@@ -71,7 +72,7 @@ async def test_conflict_rereads_and_retries(fake_api, world, kube_client, make_c
     ctx = make_ctx()
     fake_api.fail_next(1, status=409, path_contains="/status", method="PATCH")
     out = await write_check_state(kube_client, decision(world), field_manager=k.CONTROLLER, now=T0 + 1,
-                                  counters=ctx.counters)
+                                  write_guard=WriteGuard(ctx.counters))
     assert (out.result, out.attempts) == ("written", 2)
     assert world.check_entry("w")["state"] == "Ready"
     gets = [r for r in fake_api.requests if r.method == "GET" and r.resource == "workloads"]
@@ -88,14 +89,14 @@ async def test_stale_resource_version_is_a_conflict(fake_api, world, kube_client
     assert [o["op"] for o in ops] == ["test", "replace", "add", "add"]
     world.api.patch(k.RAY, "RayCluster", "rc", {"metadata": {"labels": {"x": "y"}}}, namespace="team-a")
     ctx = make_ctx()
-    out = await patch_group(kube_client, d, 0, field_manager="queuepilot", counters=ctx.counters)
+    out = await patch_group(kube_client, d, 0, field_manager="queuepilot", now=T0, write_guard=WriteGuard(ctx.counters))
     assert out.result == "conflict"
     assert world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]["replicas"] == 3
     # with the current resourceVersion it goes through, replicas and workersToDelete in one patch
     fresh = world.get("RayCluster", "rc")["metadata"]["resourceVersion"]
     fake_api.clear_requests()
     from dataclasses import replace
-    out = await patch_group(kube_client, replace(d, resource_version=fresh), 0, field_manager="queuepilot")
+    out = await patch_group(kube_client, replace(d, resource_version=fresh), 0, field_manager="queuepilot", now=T0)
     assert out.result == "written"
     g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
     assert (g["replicas"], g["scaleStrategy"]["workersToDelete"]) == (2, ["p1"])
@@ -110,13 +111,16 @@ async def test_events_never_block_and_are_truncated(fake_api, world, kube_client
     ref = ObjectRef(k.RAY, "RayCluster", "team-a", "rc", "uid-rc")
     fake_api.fail_next(1, status=500, path_contains="/events")
     sink.post(ref, "Warning", R.MALFORMED_ANNOTATION, "first", T0)  # fails on the server
-    sink.post(ref, "Normal", R.IDLE_WORKERS, "x" * 5000, T0)
+    sink.post(ref, "Normal", R.IDLE_WORKERS, "held back", T0 + 0.1)  # the object's Events are backed off: dropped
+    sink.post(ref, "Normal", R.IDLE_WORKERS, "x" * 5000, T0 + 5)  # past the backoff (at most 1 s)
     await sink.drain()
     evs = fake_api.list("v1", "Event", "team-a")
     assert [(e["reason"], len(e["message"])) for e in evs] == [(R.IDLE_WORKERS, 1024)]
     assert evs[0]["involvedObject"]["name"] == "rc"
     assert ctx.registry.get_sample_value("queuepilot_write_errors_total",
                                          {"resource": "events", "kind": "server"}) == 1
+    assert ctx.registry.get_sample_value("queuepilot_write_errors_total",
+                                         {"resource": "events", "kind": "dropped"}) == 1
     await sink.close()
 
 
