@@ -6,9 +6,19 @@ Two modes produce the same :class:`GpuReading` (chosen by ``--gpu-signal``):
   HTTP API;
 - ``scrape`` (``autoscaler.signals.gpu_scrape``): the controller scrapes the exporter pods.
 
-Both fold the four families below into one :class:`~autoscaler.core.snapshot.GpuState` per GPU, keyed
+Both fold the families below into one :class:`~autoscaler.core.snapshot.GpuState` per GPU, keyed
 by node and GPU UUID (``Hostname``/``UUID`` on DCGM families, ``hostname``/``uuid`` on ours).  A failed poll keeps the last good reading with its old
 ``observed_at``, so the signal ages and turns stale (``SignalStatus``) instead of vanishing.
+
+Utilization: ``DCGM_FI_DEV_GPU_UTIL`` only says whether *any* kernel ran in the sample period (a
+loop of tiny kernels reads 100 %).  The profiling fields say how much of the GPU did work:
+``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (the share of time the graphics/compute engine was busy; what
+NVIDIA's KEDA example scales on) or, stricter, ``DCGM_FI_PROF_SM_ACTIVE`` (the share of cycles
+SMs had work).  Per GPU, :func:`fold_series` takes the preferred profiling field when the GPU has
+it (the exporter's nvml source on Hopper and newer, a dcgm-exporter with profiling, the sim
+source) and falls back to ``GPU_UTIL`` otherwise, and says which in
+``GpuState.utilization_source`` (``gr_engine_active``, ``sm_active`` or ``gpu_util``).  Series of
+MIG instances (``GPU_I_ID`` set) describe a slice, not the GPU, and are not folded.
 """
 
 from __future__ import annotations
@@ -20,11 +30,28 @@ from typing import Protocol
 from autoscaler.core.snapshot import GpuState, PodKey
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
+GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 HEALTHY = "queuepilot_gpu_healthy"
 ALLOCATED = "queuepilot_gpu_allocated"
-FAMILIES: tuple[str, ...] = (HEALTHY, ALLOCATED, UTIL, FB_USED)
+FAMILIES: tuple[str, ...] = (HEALTHY, ALLOCATED, UTIL, GR_ENGINE_ACTIVE, SM_ACTIVE, FB_USED)
 MIB = 1024.0 * 1024.0
+
+# GpuState.utilization_source values, and the family each reads (ratio 0-1, or percent for gpu_util)
+SOURCE_GR_ENGINE_ACTIVE = "gr_engine_active"
+SOURCE_SM_ACTIVE = "sm_active"
+SOURCE_GPU_UTIL = "gpu_util"
+UTILIZATION_SOURCES: tuple[str, ...] = (SOURCE_GR_ENGINE_ACTIVE, SOURCE_SM_ACTIVE, SOURCE_GPU_UTIL)
+PROFILING_FAMILY: dict[str, str] = {SOURCE_GR_ENGINE_ACTIVE: GR_ENGINE_ACTIVE, SOURCE_SM_ACTIVE: SM_ACTIVE}
+DEFAULT_UTILIZATION = SOURCE_GR_ENGINE_ACTIVE
+
+
+def check_utilization(preferred: str) -> str:
+    """The preferred utilization source, validated (a clear error for a bad flag value)."""
+    if preferred not in UTILIZATION_SOURCES:
+        raise ValueError(f"GPU utilization signal must be one of {', '.join(UTILIZATION_SOURCES)}, not {preferred!r}")
+    return preferred
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +84,7 @@ class _Gpu:
     healthy: bool | None = None
     reason: str = ""
     util: float | None = None
+    profiling: dict[str, float] = field(default_factory=dict)  # PROFILING_FAMILY value -> ratio
     fb_used: float | None = None
     pod: PodKey | None = None
     allocated: bool | None = None
@@ -83,18 +111,34 @@ def _identity(labels: Mapping[str, str]) -> tuple[str, str]:
     return (labels.get("Hostname") or labels.get("hostname", ""), labels.get("UUID") or labels.get("uuid", ""))
 
 
-def fold_series(series: Iterable[tuple[str, Mapping[str, str], float]]) -> tuple[GpuState, ...]:
+def _utilization(g: _Gpu, preferred: str) -> tuple[float | None, str]:
+    family = PROFILING_FAMILY.get(preferred)
+    if family is not None and family in g.profiling:
+        return max(0.0, min(1.0, g.profiling[family])), preferred
+    if g.util is not None:
+        return g.util, SOURCE_GPU_UTIL
+    return None, ""
+
+
+def fold_series(
+    series: Iterable[tuple[str, Mapping[str, str], float]], *, utilization: str = DEFAULT_UTILIZATION
+) -> tuple[GpuState, ...]:
     """(family, labels, value) samples -> one GpuState per (node, GPU UUID).
 
     Pod attribution comes from ``queuepilot_gpu_allocated`` only: its value says whether the GPU is
     allocated, so an exporter pod's own ``pod`` target label is never mistaken for a workload pod.
-    Series without a node or a UUID label are ignored (they cannot be joined to a node).
+    Series without a node or a UUID label are ignored (they cannot be joined to a node), and so are
+    MIG instance series.  ``utilization`` is the preferred signal (one of ``UTILIZATION_SOURCES``):
+    the profiling field when the GPU has it, else ``DCGM_FI_DEV_GPU_UTIL``.
     """
+    check_utilization(utilization)
     gpus: dict[tuple[str, str], _Gpu] = {}
     for family, labels, value in series:
         node, uuid = _identity(labels)
         if not node or not uuid or value != value:  # NaN
             continue
+        if labels.get("GPU_I_ID"):
+            continue  # a MIG instance: not the whole GPU
         g = gpus.get((node, uuid))
         if g is None:
             g = gpus[(node, uuid)] = _Gpu(node=node, uuid=uuid)
@@ -111,10 +155,13 @@ def fold_series(series: Iterable[tuple[str, Mapping[str, str], float]]) -> tuple
             g.pod = pod_of(labels) if g.allocated else None
         elif family == UTIL:
             g.util = max(0.0, min(1.0, value / 100.0))
+        elif family in (GR_ENGINE_ACTIVE, SM_ACTIVE):
+            g.profiling[family] = value
         elif family == FB_USED:
             g.fb_used = value * MIB
     out = []
     for g in gpus.values():
+        util, source = _utilization(g, utilization)
         out.append(
             GpuState(
                 uuid=g.uuid,
@@ -123,7 +170,8 @@ def fold_series(series: Iterable[tuple[str, Mapping[str, str], float]]) -> tuple
                 model=g.model,
                 healthy=g.healthy is not False,
                 health_reason=g.reason,
-                utilization=g.util,
+                utilization=util,
+                utilization_source=source,
                 memory_used_bytes=g.fb_used,
                 pod=g.pod,
             )
