@@ -173,6 +173,11 @@ def render(args, cfg: SimConfig, run: dict, helios: dict | None, stress: dict | 
         f"day (repair ~{cfg.repair_mean_s / 3600:g} h). Seed {args.seed}. Wall time {run['wall']:.0f} s on {args.jobs} "
         "processes (the `sim s` column: one policy, one process).",
         "",
+        "queuepilot's rows are the deployed controller's code path: the engine runs the controller's own "
+        "`AdmissionReconciler` and `ScalingReconciler` (`build_reconcilers`) over a `SimWriter` that applies "
+        "their writes to the simulated Kueue/KubeRay (ledger rebuild, reservation timeout, history rollback on a "
+        "refused write, counters and Events included); every baseline row uses the same admission reconciler.",
+        "",
         *table(run),
         "",
     ]
@@ -184,7 +189,7 @@ def render(args, cfg: SimConfig, run: dict, helios: dict | None, stress: dict | 
             "",
             f"Same numbers from `queuepilot simulate --trace synthetic --hours {stress['hours']:g} --nodes {sc.nodes} "
             f"--gpu-failure-rate {sc.gpu_failure_rate:g} --seed {sc.seed} --policies {','.join(stress['summaries'])}`. "
-            f"{stress['jobs']} jobs (research-traces.md section 3 generator).",
+            f"{stress['jobs']} jobs (the synthetic generator of docs/simulation.md, \"Workload model\").",
             "",
             *table(stress),
             "",

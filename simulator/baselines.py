@@ -1,4 +1,5 @@
-"""The worker-group scalers queuepilot is compared with, as research-traces.md section 4 gives them.
+"""The worker-group scalers queuepilot is compared with, as their own code and docs define them
+(docs/simulation.md, "Policies", names the upstream sources).
 
 Each scaler sees a ``GroupView`` of one RayCluster worker group (1 GPU per worker) once per control
 interval and answers a ``ScaleAction``: the new ``replicas`` and, when it picks them, the workers to
@@ -80,7 +81,7 @@ def clamp(n: int, lo: int, hi: int) -> int:
 # ------------------------------------------------------------------------------------------- HPA
 def hpa_recommendation(current: int, ready_utils: Sequence[float], unready: int, target: float,
                        tolerance: float = HPA_TOLERANCE) -> int:
-    """``replica_calculator.go`` for a pod utilization metric (research-traces.md 4a)."""
+    """``replica_calculator.go`` for a pod utilization metric (the HPA controller's replica calculator)."""
     if not ready_utils:
         return current
     n = len(ready_utils)

@@ -3,7 +3,8 @@
 - queue wait: submission -> start (a Ray task on a worker; a RayJob's pods bound), per job, in
   seconds, including admission-check holds and Retry backoffs (what the user waits);
 - ``gpu_util_allocated``: used GPU-seconds / allocated GPU-seconds (0-1);
-- ``idle_gpu_hours``: GPU-hours allocated to a pod while the GPU ran under 5 % (research-traces.md 3.5);
+- ``idle_gpu_hours``: GPU-hours allocated to a pod while the GPU ran under 5 % (the idle threshold of the
+  Philly utilization studies, docs/simulation.md);
 - ``unplaceable_admissions`` / ``unplaceable_hours``: workloads admitted by Kueue whose pods could
   not be bound at admission, and the workload-hours they spent so;
 - ``scale_events``: changes of a worker group's ``replicas``; ``reversals_10m``: a change in the

@@ -167,10 +167,16 @@ class SnapshotBuilder:
     def forget_worker(self, name: str) -> None:
         self._workers.pop(name, None)
 
-    def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster],
-              checks_active: Mapping[str, bool]) -> ClusterSnapshot:
-        nodes = {n.name: self.node_state(n) for n in self.cluster.nodes}
-        cqs = {
+    @property
+    def flavors(self) -> Mapping[str, FlavorState]:
+        return self._flavors
+
+    @property
+    def local_queues(self) -> Mapping[str, LocalQueueState]:
+        return self._local_queues
+
+    def cluster_queues(self) -> dict[str, ClusterQueueState]:
+        return {
             q.name: ClusterQueueState(
                 name=q.name, cohort=q.cohort, nominal_gpus=frozen_map(q.nominal),
                 borrowing_limit_gpus=frozen_map(q.borrowing_limit), used_gpus=frozen_map(q.usage),
@@ -178,6 +184,11 @@ class SnapshotBuilder:
             )
             for q in self.kueue.cqs.values()
         }
+
+    def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster],
+              checks_active: Mapping[str, bool]) -> ClusterSnapshot:
+        nodes = {n.name: self.node_state(n) for n in self.cluster.nodes}
+        cqs = self.cluster_queues()
         wls = {}
         for w in workloads:
             s = self.workload_state(w)

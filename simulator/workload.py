@@ -8,7 +8,7 @@ Every job becomes one of two things (docs/simulation.md, "Workload model"):
 - a **RayJob** (an ephemeral RayCluster, one Kueue Workload) when it asks for 2 or more GPUs: pods of
   at most 8 GPUs each; its GPUs are idle in about a third of 5-minute segments.
 
-Statistics (research-traces.md section 3): GPU-count mix and per-size log-normal durations from
+Statistics (docs/simulation.md, "Workload model", gives the sources): GPU-count mix and per-size log-normal durations from
 Philly (3.1, 3.2), diurnal/weekly batched Poisson arrivals (3.4), utilization mixture with about a
 third of samples at 0 % and a Philly-like median (3.5; non-zero part Beta(1.0, 0.45)).
 """
@@ -38,7 +38,7 @@ OTHER_TEAM = "team-e"
 TEAMS: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
 
 SEGMENT_S = 300.0  # utilization profile segment of a RayJob
-RAYJOB_IDLE_SHARE = 1 / 3  # share of a RayJob's segments at 0 % (research-traces.md 3.5)
+RAYJOB_IDLE_SHARE = 1 / 3  # share of a RayJob's segments at 0 % (Philly: about a third of utilization samples at 0 %)
 TAIL_MEAN_FACTOR = 0.5  # idle tail mean = factor x busy duration (tail/(busy+tail) ~ 1/3)
 TAIL_MAX_S = 4 * 3600.0
 MAX_GPUS_PER_POD = 8
@@ -136,9 +136,9 @@ def load_philly(path: Path, start: datetime, hours: float, seed: int, max_gpus: 
 
 
 # ------------------------------------------------------------------------------------ synthetic
-# Philly GPU-count mix (% of jobs, research-traces.md section 2), the rare sizes folded in.
+# Philly GPU-count mix (% of jobs in the published trace analysis), the rare sizes folded in.
 GPU_MIX: tuple[tuple[int, float], ...] = ((1, 93.17), (2, 2.21), (4, 2.27), (8, 2.00), (16, 0.25), (32, 0.10))
-# Per-size log-normal durations (median s, sigma of ln), research-traces.md section 2.
+# Per-size log-normal durations (median s, sigma of ln) fitted to the Philly trace.
 DURATION_LOGNORMAL: dict[int, tuple[float, float]] = {
     1: (1117.0, 1.97), 2: (367.0, 3.80), 4: (367.0, 3.80), 8: (23683.0, 2.79), 16: (21137.0, 3.21),
     32: (21137.0, 3.21),

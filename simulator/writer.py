@@ -20,6 +20,10 @@ do with the corresponding Kubernetes write, and answers the same ``WriteOutcome`
   whose check is inactive);
 - ``post_event``: recorded (``events``, newest last, bounded) and counted (``event_counts``).
 
+``dry_run`` (shadow mode) behaves as the Kubernetes writer's: the check's ``Active`` condition,
+``Ready`` states and Events are applied; other check states and RayCluster patches answer
+``dry_run`` and change nothing.
+
 Writes are counted in ``queuepilot_writes_total`` with the Kubernetes writer's resource and verb
 labels.  The world the writer acts on is any object with the ``SimWorld`` methods (the engine).
 """
@@ -126,14 +130,13 @@ class SimWriter:
         if not self.world.check_exists(name):
             self._failed(ADMISSIONCHECK_STATUS, "not_found")
             return WriteOutcome("error", "not_found", 1)
-        if self.dry_run:
-            self._wrote(ADMISSIONCHECK_STATUS)
-            return WriteOutcome("dry_run")
-        self.world.kueue_activate_check(name)
+        self.world.kueue_activate_check(name)  # written in shadow mode too: it keeps Kueue admitting
         self._wrote(ADMISSIONCHECK_STATUS)
         return WriteOutcome("written", "", 1)
 
     async def set_check_state(self, decision: AdmissionDecision, now: float) -> WriteOutcome:
+        if self.dry_run and decision.state != CHECK_READY:
+            return WriteOutcome("dry_run", "not_ready")  # shadow mode writes only Ready (as KubeWriter)
         w = self.world.find_workload(decision.namespace, decision.name)
         if w is None:
             return WriteOutcome("skipped", "gone", 1)
@@ -143,9 +146,6 @@ class SimWriter:
         state = decision.state or CHECK_PENDING
         if state == CHECK_PENDING and decision.message == w.check_message:
             return WriteOutcome("unchanged", "", 1)  # the entry is Pending (guard): nothing would change
-        if self.dry_run:
-            self._wrote(WORKLOAD_STATUS)
-            return WriteOutcome("dry_run", "", 1)
         if state == CHECK_READY:
             self.world.kueue_check_ready(w, decision.message, decision.placement)
         elif state == CHECK_RETRY:
@@ -160,6 +160,8 @@ class SimWriter:
     async def patch_group(self, decision: GroupDecision, group_index: int, now: float) -> WriteOutcome:
         if decision.write == "none":
             return WriteOutcome("unchanged")
+        if self.dry_run:
+            return WriteOutcome("dry_run")  # shadow mode: no RayCluster write, no request
         rc = self.world.find_ray_cluster(decision.namespace, decision.cluster)
         if rc is None:
             self._failed(RAYCLUSTERS, "not_found")
@@ -170,9 +172,6 @@ class SimWriter:
         if str(rc.version) != decision.resource_version:
             self._failed(RAYCLUSTERS, "conflict")  # somebody wrote since the snapshot: 409, not retried
             return WriteOutcome("conflict", "conflict", 1)
-        if self.dry_run:
-            self._wrote(RAYCLUSTERS)
-            return WriteOutcome("dry_run")
         replicas = delete = new_min = new_max = None
         if decision.write == "replicas":
             if decision.desired != decision.current:
@@ -187,8 +186,6 @@ class SimWriter:
         return WriteOutcome("written", "", 1)
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
-        if self.dry_run:
-            return  # as KubeWriter: no Events in dry-run (they would be writes)
         self.events.append(SimEvent(ref.kind, ref.namespace, ref.name, type_, reason, message[:MAX_MESSAGE], now))
         self.event_counts[(ref.kind, type_, reason)] += 1
         self._wrote(EVENTS, "create")

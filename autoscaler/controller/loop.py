@@ -9,6 +9,13 @@ No pass acts before every cache has synced.
 
 Every replica serves ``/metrics``, ``/healthz`` (the loop is alive) and ``/readyz`` (200 once all
 caches have synced).  ``stop()`` (SIGTERM) ends the watches, releases the Lease and closes sessions.
+
+Where a pass's inputs come from is injectable, so the embedded demo runs this same loop over a
+simulated cluster: the objects come from a ``ClusterSource`` (by default ``WatchSource``, the
+list-then-watch caches over the API server), the decisions reach the world through a ``Writer``
+(by default the ``KubeWriter``), and the signals are the GPU signal (``gpu_signal``, or the
+exporter scrape / Prometheus per the config; ``discover_exporters`` names the exporters to scrape
+when there is no API server to list their pods) and the Ray client (``ray_client``).
 """
 
 from __future__ import annotations
@@ -17,15 +24,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from autoscaler.act.writer import Writer
 from autoscaler.cluster import resources as res
 from autoscaler.cluster.cache import WatchCache
 from autoscaler.cluster.client import request_json
@@ -53,7 +61,7 @@ from autoscaler.core.snapshot import ClusterSnapshot
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
-from autoscaler.signals.ray import RayClient, RaySignals
+from autoscaler.signals.ray import DashboardTarget, RayClient, RaySignals
 
 log = logging.getLogger("queuepilot.controller")
 
@@ -78,6 +86,81 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+class ClusterSource(Protocol):
+    """Where a pass's cluster objects come from (the watch caches, or a simulated world)."""
+
+    @property
+    def synced(self) -> bool:
+        """Every resource listed at least once (no pass acts before)."""
+        ...
+
+    def objects(self) -> ClusterObjects: ...
+
+    def observed_at(self, now: float) -> Mapping[str, float | None]:
+        """Resource -> when its view was last known current (signal ``watch/<resource>``)."""
+        ...
+
+    def not_synced(self) -> list[str]: ...
+
+    def stats(self) -> list[CacheStats]: ...
+
+    def ray_targets(self) -> Mapping[str, DashboardTarget | None]:
+        """RayCluster "ns/name" -> where its Ray demand may be read (None: not opted in)."""
+        ...
+
+    def runners(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """(task name, coroutine) to run for the controller's lifetime (the watches)."""
+        ...
+
+    async def wait_synced(self) -> None: ...
+
+
+class WatchSource:
+    """The Kubernetes ``ClusterSource``: one list-then-watch ``WatchCache`` per watched resource."""
+
+    def __init__(self, caches: Mapping[str, WatchCache[Any]]) -> None:
+        self.caches = dict(caches)
+
+    @property
+    def synced(self) -> bool:
+        return all(c.synced for c in self.caches.values())
+
+    def objects(self) -> ClusterObjects:
+        c = self.caches
+        pods: dict[str, Any] = {}
+        for name in ("pods", "pods-ray", "pods-kueue"):
+            if name in c:
+                pods.update(c[name].items)
+        return ClusterObjects(
+            workloads=c["workloads"].items,
+            cluster_queues=c["clusterqueues"].items,
+            local_queues=c["localqueues"].items,
+            flavors=c["resourceflavors"].items,
+            admission_checks=c["admissionchecks"].items,
+            ray_clusters=c["rayclusters"].items,
+            nodes=c["nodes"].items,
+            pods=pods,
+        )
+
+    def observed_at(self, now: float) -> dict[str, float | None]:
+        return {name: cache.observed_at(now) for name, cache in self.caches.items()}
+
+    def not_synced(self) -> list[str]:
+        return [n for n, c in self.caches.items() if not c.synced]
+
+    def stats(self) -> list[CacheStats]:
+        return [CacheStats(name, len(c.items), c.synced) for name, c in self.caches.items()]
+
+    def ray_targets(self) -> dict[str, DashboardTarget | None]:
+        return {k: v.dashboard for k, v in self.caches["rayclusters"].items.items()}
+
+    def runners(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        return [(f"watch-{cache.name}", cache.run()) for cache in self.caches.values()]
+
+    async def wait_synced(self) -> None:
+        await self.source.wait_synced()
+
+
 class _NoGpuSignal:
     name = "gpu"
     reading = GpuReading()
@@ -100,6 +183,9 @@ class Controller:
         ray_client: RayClient | None = None,
         session: aiohttp.ClientSession | None = None,
         build_reconcilers: Callable[[ControllerContext], list[Reconciler]] | None = None,
+        source: ClusterSource | None = None,
+        writer: Writer | None = None,
+        discover_exporters: Callable[[], Awaitable[list[tuple[str, str]]]] | None = None,
     ) -> None:
         self.config = config
         self.api = api
@@ -123,11 +209,18 @@ class Controller:
             settings=dict(config.settings),
             published=self.published,
             request_pass=self.request_pass,
+            writer=writer,
         )
-        self.caches: dict[str, WatchCache[Any]] = {
-            spec.name: WatchCache(api, spec, PARSERS[spec.name], self.counters, on_change=self.request_pass, clock=clock)
-            for spec in res.watched_resources(config.pods)
-        }
+        self.caches: dict[str, WatchCache[Any]] = {}
+        if source is None:
+            self.caches = {
+                spec.name: WatchCache(api, spec, PARSERS[spec.name], self.counters, on_change=self.request_pass,
+                                      clock=clock)
+                for spec in res.watched_resources(config.pods)
+            }
+            source = WatchSource(self.caches)
+        self.source: ClusterSource = source
+        self._discover = discover_exporters
         self.leader: LeaderElector | None = None
         if config.leader_elect and api is not None:
             self.leader = LeaderElector(
@@ -160,10 +253,10 @@ class Controller:
 
     @property
     def synced(self) -> bool:
-        return all(c.synced for c in self.caches.values())
+        return self.source.synced
 
     def cache_stats(self) -> list[CacheStats]:
-        return [CacheStats(name, len(c.items), c.synced) for name, c in self.caches.items()]
+        return self.source.stats()
 
     def request_pass(self, _reason: str = "") -> None:
         self._wake.set()
@@ -175,28 +268,14 @@ class Controller:
         self.counters.source_errors.labels(source="ray", kind=kind).inc()
 
     def objects(self) -> ClusterObjects:
-        c = self.caches
-        pods: dict[str, Any] = {}
-        for name in ("pods", "pods-ray", "pods-kueue"):
-            if name in c:
-                pods.update(c[name].items)
-        return ClusterObjects(
-            workloads=c["workloads"].items,
-            cluster_queues=c["clusterqueues"].items,
-            local_queues=c["localqueues"].items,
-            flavors=c["resourceflavors"].items,
-            admission_checks=c["admissionchecks"].items,
-            ray_clusters=c["rayclusters"].items,
-            nodes=c["nodes"].items,
-            pods=pods,
-        )
+        return self.source.objects()
 
     # ------------------------------------------------------------------------------- a pass
     async def run_pass(self) -> ClusterSnapshot | None:
         now = self.clock()
         t0 = time.perf_counter()
         try:
-            watch_observed = {name: cache.observed_at(now) for name, cache in self.caches.items()}
+            watch_observed = self.source.observed_at(now)
             snap = build_snapshot(
                 self.objects(),
                 self._gpu.reading if self._gpu is not None else GpuReading(),
@@ -268,8 +347,7 @@ class Controller:
 
     async def _poll_ray(self) -> None:
         assert self.ray is not None
-        targets = {k: v.dashboard_url for k, v in self.caches["rayclusters"].items.items()}
-        await self.ray.poll(targets, self.clock())
+        await self.ray.poll(self.source.ray_targets(), self.clock())
         self.request_pass("ray")
 
     async def _discover_exporters(self) -> list[tuple[str, str]]:
@@ -298,7 +376,7 @@ class Controller:
             return web.Response(text="ok\n")
 
         async def readyz(_: web.Request) -> web.Response:
-            missing = [n for n, c in self.caches.items() if not c.synced]
+            missing = self.source.not_synced()
             if missing:
                 return web.Response(status=503, text="caches not synced: " + ", ".join(missing) + "\n")
             return web.Response(text="ok\n")
@@ -322,8 +400,9 @@ class Controller:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         if self._gpu is None:
-            if self.config.gpu_signal == "scrape" and self.api is not None:
-                self._gpu = ScrapeGpuSignal(self._session, self._discover_exporters, self._gpu_error)
+            if self.config.gpu_signal == "scrape" and (self._discover is not None or self.api is not None):
+                self._gpu = ScrapeGpuSignal(self._session, self._discover or self._discover_exporters,
+                                            self._gpu_error)
             elif self.config.gpu_signal == "prometheus":
                 self._gpu = PrometheusGpuSignal(
                     self._session, self.config.prometheus_url, self._gpu_error, self.config.prometheus_selector
@@ -344,8 +423,8 @@ class Controller:
         if self.config.webhook_listen:
             await self.start_webhook()
         spawn = self._tasks.append
-        for cache in self.caches.values():
-            spawn(asyncio.create_task(cache.run(), name=f"watch-{cache.name}"))
+        for name, coro in self.source.runners():
+            spawn(asyncio.create_task(coro, name=name))
         spawn(asyncio.create_task(self._every(self.config.gpu_poll_seconds, self._poll_gpu), name="gpu"))
         if self.ray is not None:
             spawn(asyncio.create_task(self._every(self.config.ray_poll_seconds, self._poll_ray), name="ray"))
@@ -370,7 +449,7 @@ class Controller:
             raise ValueError(f"webhook on {self.config.webhook_listen} with {certfile}, {keyfile}: {e}") from e
 
     async def wait_synced(self) -> None:
-        await asyncio.gather(*(c.synced_event.wait() for c in self.caches.values()))
+        await self.source.wait_synced()
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,18 +1,21 @@
-"""``queuepilot demo``: the whole system, simulated, in one process (DESIGN.md "The embedded default").
+"""queuepilot demo: the whole system, simulated, in one process.
 
 A small cluster (4 nodes x 8 GPUs, three teams with Kueue quotas and autoscaled RayClusters, a
-synthetic trace with GPU failures) runs in accelerated real time (60x by default) under the real
-admission and scaling decision functions, behind
+synthetic trace with GPU failures) runs in accelerated real time (60x by default) behind
 
 - the real exporter endpoint (one ``ExporterApp`` + ``SimSource`` per node, driven from the
-  simulation: allocations, utilization, XID 79 / fallen-off-the-bus faults), the first on
-  ``--exporter-listen`` (default 127.0.0.1:9400, dcgm-exporter's port), the others on the next ports;
-- the real controller metrics endpoint (``ControllerCollector`` + ``ControllerCounters`` on a private
-  registry) at ``--controller-listen`` (default 127.0.0.1:8080) ``/metrics``;
+  simulation: utilization, XID 79 / fallen-off-the-bus faults; GPU-to-pod attribution through its
+  PodResources client), the first on ``--exporter-listen`` (default 127.0.0.1:9400, dcgm-exporter's
+  port), the others on the next ports;
+- the real controller (``autoscaler.controller.loop.Controller``: its pass loop, reconcilers,
+  metrics, ``/healthz`` and ``/readyz``) at ``--controller-listen`` (default 127.0.0.1:8080), reading
+  the simulated Kueue/KubeRay objects, scraping the exporters for GPU readings, asking the simulated
+  Ray for demand, and writing its decisions back into the simulation;
 
 with a live rich view (``--no-tui``: a plain line every few seconds).  ``--prometheus`` starts a local
 Prometheus (when the ``prometheus`` binary is installed) scraping both, on loopback, in a temp dir.
-``--duration`` ends it cleanly, as do Ctrl-C and SIGTERM.  Flags are also ``QUEUEPILOT_<FLAG>``.
+``--duration`` ends it cleanly, as do Ctrl-C and SIGTERM.  Every flag can also be set as
+``QUEUEPILOT_<FLAG>`` (on/off flags: 1/true/yes/on or 0/false/no/off).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
+import math
 import shutil
 import signal
 import socket
@@ -32,12 +35,14 @@ import time
 from pathlib import Path
 
 import yaml
-from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from autoscaler.controller.collector import ControllerCollector
-from exporter.server import ExporterApp, parse_listen
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.loop import Controller
+from exporter.server import ExporterApp
+from servicekit.argtypes import count, non_negative_seconds
+from servicekit.envflags import EnvError, HelpFormatter, apply_env
+from servicekit.listen import ListenAddress, listen_arg
+from simulator.demo.sources import SimRayClient
 from simulator.demo.world import DemoConfig, DemoWorld
 
 log = logging.getLogger("queuepilot.demo")
@@ -45,78 +50,66 @@ log = logging.getLogger("queuepilot.demo")
 DEFAULT_EXPORTER_LISTEN = "127.0.0.1:9400"
 DEFAULT_CONTROLLER_LISTEN = "127.0.0.1:8080"
 STEP_S = 0.25  # real seconds between simulation steps
+CONTROL_INTERVAL_S = 30.0  # simulated seconds between the controller's resync passes
+POLL_S = 0.5  # real seconds between GPU scrapes and Ray polls
+EXPORTER_INTERVAL_S = 0.5  # real seconds between exporter collections
 PLAIN_EVERY_S = 2.0
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _env(name: str, default):
-    return os.environ.get("QUEUEPILOT_" + name.upper().replace("-", "_"), default)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="queuepilot demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--duration", type=float, default=float(_env("duration", 0)),
+    p = argparse.ArgumentParser(prog="queuepilot demo", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--duration", type=non_negative_seconds, default=0.0,
                    help="real seconds to run (0: until Ctrl-C / SIGTERM)")
-    p.add_argument("--exporter-listen", default=_env("exporter_listen", DEFAULT_EXPORTER_LISTEN),
+    p.add_argument("--exporter-listen", type=listen_arg, default=DEFAULT_EXPORTER_LISTEN,
                    help="HOST:PORT of the first node's exporter (the others take the next ports; port 0: any)")
-    p.add_argument("--controller-listen", default=_env("controller_listen", DEFAULT_CONTROLLER_LISTEN),
-                   help="HOST:PORT of the controller metrics endpoint (port 0: any)")
-    p.add_argument("--no-tui", action="store_true", default=bool(_env("no_tui", "")),
+    p.add_argument("--controller-listen", type=listen_arg, default=DEFAULT_CONTROLLER_LISTEN,
+                   help="HOST:PORT of the controller's /metrics, /healthz and /readyz (port 0: any)")
+    p.add_argument("--no-tui", action="store_true", default=False,
                    help="print a plain status line every few seconds instead of the live view")
-    p.add_argument("--prometheus", action="store_true", default=bool(_env("prometheus", "")),
+    p.add_argument("--prometheus", action="store_true", default=False,
                    help="start a local Prometheus scraping both endpoints (needs the prometheus binary)")
-    p.add_argument("--speed", type=float, default=float(_env("speed", 60.0)), help="simulated seconds per second")
-    p.add_argument("--seed", type=int, default=int(_env("seed", 0)))
-    p.add_argument("--nodes", type=int, default=int(_env("nodes", 4)), help="8-GPU nodes")
+    p.add_argument("--speed", type=positive_number, default=60.0, help="simulated seconds per real second")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace and the failures")
+    p.add_argument("--nodes", type=count(1, 64), default=4, help="8-GPU nodes")
     return p
 
 
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 # ------------------------------------------------------------------------------------ controller
-class ControllerEndpoint:
-    """The controller's /metrics (collector + counters on a private registry) and /healthz, via aiohttp."""
+def demo_controller(world: DemoWorld, listen: ListenAddress, exporters: list[ExporterApp]) -> Controller:
+    """The real ``Controller`` over the simulated world: objects from ``SimClusterSource``, GPU readings
+    scraped from ``exporters``, Ray demand from ``SimRayClient``, writes through the engine's
+    ``SimWriter``; its clock is the simulation's.  Periods are in real seconds; ages and staleness in
+    simulated ones (a reading is at most a couple of real seconds, ``speed`` x as many simulated, old)."""
+    speed = world.cfg.speed
+    config = ControllerConfig(
+        listen_host=listen.host, listen_port=listen.port, gpu_signal="scrape", leader_elect=False,
+        resync_seconds=max(0.05, CONTROL_INTERVAL_S / speed), debounce_seconds=0.05,
+        gpu_poll_seconds=POLL_S, ray_poll_seconds=POLL_S, ray_timeout_seconds=2.0,
+        signal_stale_seconds=max(120.0, 6 * POLL_S * speed),
+    )
 
-    def __init__(self, world: DemoWorld, registry: CollectorRegistry, listen: str) -> None:
-        self.world = world
-        self.registry = registry
-        self.listen = listen
-        self.registry.register(ControllerCollector(lambda: world.snapshot, world.published, lambda: True))
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-        self.host = ""
+    async def discover() -> list[tuple[str, str]]:
+        return [(app.hostname, app.metrics_url.removesuffix("/metrics")) for app in exporters]
 
-    async def start(self) -> None:
-        async def metrics(request: web.Request) -> web.Response:
-            body = await asyncio.to_thread(generate_latest, self.registry)
-            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-        async def healthz(request: web.Request) -> web.Response:
-            return web.json_response({"status": "ok", "simulated_seconds": self.world.sim_now})
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        app.router.add_get("/healthz", healthz)
-        host, port = parse_listen(self.listen)
-        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self.host, self.port = host, sock.getsockname()[1]
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
-
-    @property
-    def url(self) -> str:
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
-        return f"http://{host}:{self.port}/metrics"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    return Controller(config, None, clock=lambda: world.sim_now, ray_client=SimRayClient(world.engine),
+                      source=world.source, writer=world.engine.writer, discover_exporters=discover)
 
 
-def _exporter_listens(first: str, n: int) -> list[str]:
-    host, port = parse_listen(first)
-    h = f"[{host}]" if ":" in host else host
-    return [f"{h}:{0 if port == 0 else port + i}" for i in range(n)]
+def _exporter_listens(first: ListenAddress, n: int) -> list[str]:
+    h = f"[{first.host}]" if ":" in first.host else first.host
+    return [f"{h}:{0 if first.port == 0 else first.port + i}" for i in range(n)]
 
 
 # ------------------------------------------------------------------------------------ prometheus
@@ -200,12 +193,15 @@ def _hostport(url: str) -> str:
 async def run(args: argparse.Namespace) -> int:
     world = DemoWorld(DemoConfig(nodes=args.nodes, speed=args.speed, seed=args.seed))
     await world.warm_up()
-    controller = ControllerEndpoint(world, world.engine.context.registry, args.controller_listen)
     exporters = [
-        ExporterApp(src, listen=listen, hostname=name, interval=1.0)
+        ExporterApp(src, listen=listen, hostname=name, interval=EXPORTER_INTERVAL_S)
         for (name, src), listen in zip(world.sources.items(), _exporter_listens(args.exporter_listen, len(world.sources)),
                                        strict=True)
     ]
+    for app in exporters:  # which pod holds which GPU: the kubelet's PodResources answer, simulated
+        app.pod_resources = app.agent.pod_resources = world.pod_resources[app.hostname]
+    controller = demo_controller(world, args.controller_listen, exporters)
+    world.hand_over(controller.published, controller.counters, lambda: controller.request_pass("world"))
     prom: LocalPrometheus | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -213,20 +209,23 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     started: list[ExporterApp] = []
     try:
-        await controller.start()
         for app in exporters:
             await app.start()
             started.append(app)
-        urls = [app.metrics_url for app in exporters] + [controller.url]
+        await controller.start()
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(controller.config.listen_host,
+                                                          controller.config.listen_host)
+        controller_url = f"http://{'[' + host + ']' if ':' in host else host}:{controller.port}/metrics"
+        urls = [app.metrics_url for app in exporters] + [controller_url]
         print(f"queuepilot demo: {len(exporters)} nodes x {world.cfg.gpus_per_node} GPUs, 3 teams, x{args.speed:g} "
               "real time", flush=True)
         for app in exporters:
             print(f"  exporter   {app.hostname}: {app.metrics_url}", flush=True)
-        print(f"  controller: {controller.url}", flush=True)
+        print(f"  controller: {controller_url} (and /healthz, /readyz)", flush=True)
         if args.prometheus:
             prom = LocalPrometheus({
                 "queuepilot-exporter": [_hostport(a.metrics_url) for a in exporters],
-                "queuepilot-controller": [_hostport(controller.url)],
+                "queuepilot-controller": [_hostport(controller_url)],
             })
             if prom.start():
                 if not await asyncio.to_thread(prom.wait_ready):
@@ -241,9 +240,9 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        await controller.shutdown()
         for app in started:
             await app.stop()
-        await controller.stop()
         if prom is not None:
             prom.stop()
     print(f"queuepilot demo: stopped at simulated {world.sim_now / 3600:.1f} h; "
@@ -288,16 +287,13 @@ async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], sto
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
     try:
-        for listen in (args.exporter_listen, args.controller_listen):
-            parse_listen(listen)
-        if args.speed <= 0 or args.nodes <= 0:
-            raise ValueError("--speed and --nodes must be > 0")
-    except ValueError as e:
-        print(f"queuepilot demo: {e}", file=sys.stderr)
-        return 2
+        apply_env(parser)
+    except EnvError as e:
+        parser.error(str(e))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return asyncio.run(run(args))
     except OSError as e:

@@ -1,29 +1,32 @@
-"""The embedded demo's world: a small simulated cluster under the queuepilot policy, wired to the
-real exporter source and the real controller metrics.
+"""The embedded demo's world: a small simulated cluster that the real controller runs against.
 
-``DemoWorld`` owns an ``Engine`` (4 nodes x 8 GPUs, three teams, a synthetic trace), steps it by
-simulated time, and after each step:
-
-- drives one ``SimSource`` per node from the simulated GPUs: allocation (namespace/pod/container),
-  utilization, and XID 79 + fallen-off-the-bus for a failed GPU (cleared on repair);
-- keeps the latest ``ClusterSnapshot`` for the ``ControllerCollector`` and fills ``Published``;
-- increments ``ControllerCounters`` from every admission and scaling decision (the reconcilers'
-  job in the real controller) and observes queue waits with ``queue_wait.new_admissions``.
+``DemoWorld`` owns an ``Engine`` (4 nodes x 8 GPUs, three teams, a synthetic trace) and steps it
+by simulated time.  The decisions are the controller's: during the warm-up the engine runs the
+controller's reconcilers itself (as the simulator does); then ``hand_over`` gives the world to a
+real ``Controller`` (``simulator.demo.app``), which reads it through ``SimClusterSource`` and
+``SimRayClient``, scrapes the GPUs from the real exporters, and writes back through the engine's
+``SimWriter`` (a fresh leader taking over a running cluster: it rebuilds its ledger from the
+Workloads whose check is Ready).  After each step the world drives one ``SimSource`` per node:
+utilization of the pod on each GPU, and XID 79 + fallen-off-the-bus for a failed GPU (cleared on
+repair); which pod holds which GPU reaches the exporter through its PodResources client
+(``SimPodResources``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
-from autoscaler.core.snapshot import ClusterSnapshot
-from exporter.sample import PodRef
+from autoscaler.controller.context import Published
 from exporter.sources.sim import SimSource
+from simulator.demo.sources import SimClusterSource, SimPodResources
 from simulator.engine import Engine, SimConfig
 from simulator.workload import SyntheticParams, synthetic
 
 DEMO_TEAMS = ("team-a", "team-b", "team-c")
 FAILED_XID = 79  # fallen off the bus
-# an "LLM-era" mix (research-traces.md 3.1): more multi-GPU RayJobs than Philly, so admission shows
+# an "LLM-era" mix: more multi-GPU RayJobs than Philly's 7 %, so admission has work to show
 DEMO_GPU_MIX: tuple[tuple[int, float], ...] = ((1, 60.0), (2, 10.0), (4, 15.0), (8, 15.0))
 
 
@@ -48,13 +51,15 @@ class DemoWorld:
         sim_cfg = replace(SimConfig(), nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, seed=cfg.seed,
                           gpu_failure_rate=cfg.gpu_failure_rate, teams=DEMO_TEAMS, repair_mean_s=1800.0)
         self.engine = Engine(window.jobs, cfg.hours * 3600.0, "queuepilot", sim_cfg)
-        self.published = self.engine.context.published
-        self.snapshot: ClusterSnapshot | None = None
+        self.published: Published = self.engine.context.published
+        self.source = SimClusterSource(self.engine)
         self.sources = {
             n.name: SimSource(n.name, gpus=n.gpus, model="NVIDIA A100-SXM4-80GB", seed=cfg.seed, pods=0,
                               fault_script=())
             for n in self.engine.cluster.nodes
         }
+        self.pod_resources = {name: SimPodResources(self.engine, name, src.uuids) for name, src in self.sources.items()}
+        self.on_step: Callable[[], None] | None = None  # the controller's request_pass, after the hand-over
         self._lost: dict[tuple[str, int], bool] = {}
         self.engine.start()
 
@@ -66,11 +71,21 @@ class DemoWorld:
     async def warm_up(self) -> None:
         await self.step_to(self.cfg.warmup_s)
 
+    def hand_over(self, published: Published, counters: Any, request_pass: Callable[[], None]) -> None:
+        """From now on a ``Controller`` decides: the engine stops running the reconcilers itself, the
+        writer counts into the controller's counters, and each step asks it for a pass."""
+        self.engine.drive_reconcilers = False
+        self.engine.writer.counters = counters
+        self.published = published
+        self.on_step = request_pass
+        self.source.mark_synced()
+
     async def step_to(self, sim_t: float) -> None:
-        """Advance the simulation to ``sim_t`` and refresh everything the endpoints and view show."""
+        """Advance the simulation to ``sim_t`` and refresh what the exporters show."""
         await self.engine.advance(min(sim_t, self.engine.window_s))
-        self.snapshot = self.engine.snapshot(self.engine.now)
         self._drive_sources()
+        if self.on_step is not None:
+            self.on_step()
 
     @property
     def decisions(self) -> list[str]:
@@ -103,14 +118,7 @@ class DemoWorld:
         for node in self.engine.cluster.nodes:
             src = self.sources[node.name]
             for i, owner in enumerate(node.owner):
-                if owner is None:
-                    src.set_allocation(i, None)
-                    src.set_load(i, 0.0)
-                else:
-                    ns, _, pod = owner.partition("/")
-                    container = "ray-worker" if "-gpu-workers-" in pod else "ray-job"
-                    src.set_allocation(i, PodRef(ns, pod, container))
-                    src.set_load(i, min(1.0, max(0.0, util.get(owner, 0.0))))
+                src.set_load(i, 0.0 if owner is None else min(1.0, max(0.0, util.get(owner, 0.0))))
                 lost = not node.healthy[i]
                 if self._lost.get((node.name, i), False) != lost:
                     if lost:

@@ -94,6 +94,83 @@ def test_demo_serves_both_endpoints_and_exits_cleanly():
     assert "stopped at simulated" in rest
 
 
+def _samples(text: str, family: str) -> list[tuple[dict[str, str], float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [(dict(s.labels), s.value) for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == family]
+
+
+def test_demo_serves_the_real_controller():
+    """The demo's controller endpoint is the real Controller's: /readyz 200 once its (simulated) caches
+    are synced, reconcile_seconds observed for both reconcilers, decisions counted only when they
+    change, queue gauges for every queue, and GPUs attributed by the exporter's PodResources client."""
+    proc = _start("--duration", "10", "--speed", "120")
+    try:
+        exporters, controller, _ = _urls(proc)
+        base = controller.removesuffix("/metrics")
+        assert _get(base + "/readyz").strip() == "ok"
+        assert _get(base + "/healthz").strip() == "ok"
+        time.sleep(5.0)  # ~10 simulated minutes: many passes
+        ctl = _get(controller)
+        exp = [_get(u) for u in exporters]
+        proc.communicate(timeout=60)
+    finally:
+        _stop(proc)
+    assert proc.returncode == 0
+    counts = {lab["loop"]: v for lab, v in _samples(ctl, "queuepilot_reconcile_seconds_count")}
+    passes = counts.get("scaling", 0)
+    assert counts.get("admission", 0) >= 3 and passes >= 3 and counts.get("snapshot", 0) >= passes
+    # as the controller counts them: a decision is counted when it is written or differs from the
+    # group's previous one, so an unchanged WithinTarget hold is not counted on every pass
+    decisions = _samples(ctl, "queuepilot_scale_decisions_total")
+    for group in {lab["raycluster"] for lab, _ in decisions}:
+        mine = [(lab, v) for lab, v in decisions if lab["raycluster"] == group]
+        within = sum(v for lab, v in mine if lab["reason"] == "WithinTarget" and lab["direction"] == "hold")
+        others = sum(v for lab, v in mine) - within
+        assert within <= others + 1, (group, mine)
+        assert sum(v for _, v in mine) < passes or passes < 2, (group, passes, mine)
+    queues = {lab["cluster_queue"] for lab, _ in _samples(ctl, "queuepilot_queue_pending_workloads")}
+    assert queues == {"cq-team-a", "cq-team-b", "cq-team-c"}
+    synced = {lab["resource"]: v for lab, v in _samples(ctl, "queuepilot_cache_synced")}
+    assert synced and all(v == 1.0 for v in synced.values())
+    assert all(v == 0.0 for _, v in _samples(ctl, "queuepilot_signal_stale"))
+    # pod labels on exporter series come from the PodResources answer, and say so
+    for text in exp:
+        assert _samples(text, "queuepilot_exporter_pod_resources_up")[0][1] == 1.0
+    assert any(lab.get("pod") for t in exp for lab, _ in _samples(t, "queuepilot_gpu_allocated"))
+
+
+def test_demo_rejects_bad_input_with_one_line():
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "queuepilot", "demo", "--no-tui", *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=60, env=dict(os.environ, **env))
+
+    for args, env, needle in (
+        (("--duration", "-1"), {}, "--duration"),
+        (("--nodes", "0"), {}, "--nodes"),
+        (("--speed", "0"), {}, "--speed"),
+        ((), {"QUEUEPILOT_DURATION": "soon"}, "QUEUEPILOT_DURATION"),
+        ((), {"QUEUEPILOT_NO_TUI": "maybe"}, "QUEUEPILOT_NO_TUI"),
+    ):
+        p = run(*args, **env)
+        assert p.returncode == 2, (args, env, p.stderr)
+        assert needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+    shown = run("--help")
+    assert shown.returncode == 0, shown.stderr
+    assert "default: 60.0" in shown.stdout and "QUEUEPILOT_SPEED" in shown.stdout, shown.stdout
+
+
+def test_no_tui_false_in_the_environment_keeps_the_live_view_setting():
+    from servicekit.envflags import apply_env
+    from simulator.demo.app import build_parser
+
+    for raw, expected in (("false", False), ("0", False), ("no", False), ("true", True), ("1", True)):
+        parser = build_parser()
+        apply_env(parser, {"QUEUEPILOT_NO_TUI": raw})
+        assert parser.parse_args([]).no_tui is expected, raw
+
+
 def test_demo_stops_on_sigterm_with_code_zero():
     proc = _start("--duration", "0")
     try:
@@ -111,7 +188,7 @@ def test_demo_rejects_a_bad_listen_address():
     proc = subprocess.run([sys.executable, "-m", "queuepilot", "demo", "--no-tui", "--controller-listen", "nope"],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert "HOST:PORT" in proc.stderr
+    assert "HOST:PORT" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_demo_prometheus_scrapes_both_endpoints():
