@@ -50,7 +50,9 @@ async def ensure_active(
     held = wg.blocked(key, now)
     if held is not None:
         return held
-    res = await wg.call(key, partial(CustomObjectsApi(api_client).patch_cluster_custom_object_status, GROUP,
+    # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
+    res = await wg.call(key, partial(CustomObjectsApi(api_client).patch_cluster_custom_object_status,  # type: ignore[call-arg]
+                                     GROUP,
                                      VERSION, PLURAL, name, active_body(name, now), field_manager=field_manager,
                                      force=True, _content_type=APPLY), now)
     if isinstance(res, Failure):

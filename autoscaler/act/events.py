@@ -159,8 +159,10 @@ class EventSink:
             self._dropped()
             return
         res = await self._guard.call(
+            # (the stubs type the body as CoreV1Event; the client serialises a dict as it is)
             key, partial(core.create_namespaced_event, event_namespace(ev.ref),
-                         event_body(ev, self._component, self._instance)), ev.at, expected=(409,))
+                         event_body(ev, self._component, self._instance)),  # type: ignore[arg-type]
+            ev.at, expected=(409,))
         if isinstance(res, Failure):
             if res.status == 409:  # already posted (by us, or by the previous leader): not again
                 self.deduplicated += 1

@@ -9,9 +9,9 @@ name, uid) it keeps a failure streak:
 - **404 Not Found** -> no backoff: the object is gone;
 - **429 Too Many Requests** -> not before ``Retry-After`` (seconds or an HTTP date; a little jitter
   added, never less), else as a transient error;
-- **other 4xx** (invalid, forbidden, ...) -> the request will not succeed by itself: exponential
+- **other 4xx** (invalid, forbidden, gone, ...) -> the request will not succeed by itself: exponential
   backoff from ``refused_base`` up to ``refused_cap`` (minutes);
-- **5xx, timeouts, connection errors** -> exponential backoff from ``transient_base`` up to
+- **5xx, timeouts, connection errors, answers that do not parse** -> exponential backoff from ``transient_base`` up to
   ``transient_cap``.
 
 Delays are jittered (``delay * (1 - jitter * U)``, U from an injectable ``random.Random``), and
@@ -36,15 +36,17 @@ from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from autoscaler.act.outcome import WriteOutcome, error_kind
+from autoscaler.act.outcome import WriteOutcome
+from servicekit import errors
+from servicekit.errors import error_kind
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 WRITES_FAILING = "WritesFailing"  # reason of the Warning Event on an object whose writes keep failing
-NO_BACKOFF_KINDS = frozenset({"conflict", "not_found"})
-REFUSED_KINDS = frozenset({"invalid", "forbidden", "client"})
+NO_BACKOFF_KINDS = frozenset({errors.CONFLICT, errors.NOT_FOUND})
+REFUSED_KINDS = frozenset({errors.INVALID, errors.FORBIDDEN, errors.CLIENT, errors.GONE})
 LOG_EVERY = 60.0  # seconds between two WARNING lines for the same (resource, kind)
 FORGET_AFTER = 3600.0  # a streak whose object was not tried for this long past its backoff is dropped
 
@@ -100,7 +102,7 @@ class BackoffPolicy:
         None for kinds that are not backed off (conflict, not found)."""
         if kind in NO_BACKOFF_KINDS:
             return None
-        if kind == "throttled" and retry_after is not None:
+        if kind == errors.THROTTLED and retry_after is not None:
             wait = min(max(0.0, retry_after), self.throttled_cap)
             return wait * (1.0 + 0.1 * rng.random())  # never before Retry-After; spread the herd
         base, cap = ((self.refused_base, self.refused_cap) if kind in REFUSED_KINDS

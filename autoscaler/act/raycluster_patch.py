@@ -87,7 +87,9 @@ async def patch_group(
     held = wg.blocked(key, now)
     if held is not None:
         return held
-    res = await wg.call(key, partial(CustomObjectsApi(api_client).patch_namespaced_custom_object, GROUP, VERSION,
+    # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
+    res = await wg.call(key, partial(CustomObjectsApi(api_client).patch_namespaced_custom_object,  # type: ignore[call-arg]
+                                     GROUP, VERSION,
                                      decision.namespace, PLURAL, decision.cluster, ops, field_manager=field_manager,
                                      _content_type=JSON_PATCH), now)
     if isinstance(res, Failure):

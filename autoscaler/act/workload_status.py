@@ -137,7 +137,8 @@ async def write_check_state(
             wg.settled(key)
             return WriteOutcome("unchanged", "", attempts)
         retry = attempts < max_attempts
-        put = await wg.call(key, partial(api.patch_namespaced_custom_object_status, GROUP, VERSION,
+        # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
+        put = await wg.call(key, partial(api.patch_namespaced_custom_object_status, GROUP, VERSION,  # type: ignore[call-arg]
                                          decision.namespace, PLURAL, decision.name, body, field_manager=field_manager,
                                          force=True, _content_type=APPLY), now, expected=(409,) if retry else ())
         if isinstance(put, Failure):
