@@ -25,13 +25,23 @@ EventType = Literal["Normal", "Warning"]
 
 
 class EventTarget(Protocol):
-    """The object an Event is about (``autoscaler.act.events.ObjectRef`` is the one in use)."""
+    """The object an Event is about (``autoscaler.act.events.ObjectRef`` is the one in use); read-only,
+    so frozen dataclasses fit."""
 
-    api_version: str
-    kind: str
-    namespace: str
-    name: str
-    uid: str
+    @property
+    def api_version(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
 
 
 class Writer(Protocol):

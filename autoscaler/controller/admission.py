@@ -34,11 +34,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Any
 
-from autoscaler.act.events import ObjectRef
+from autoscaler.act.events import EventSink, ObjectRef
 from autoscaler.act.outcome import WriteOutcome
-from autoscaler.act.writer import Writer
+from autoscaler.act.writer import EventType, Writer
 from autoscaler.controller.context import ControllerContext, writer_for
 from autoscaler.core.policy.admission import AdmissionDecision, decide_admissions, rebuild_ledger
 from autoscaler.core.policy.config import admission_config
@@ -140,8 +139,8 @@ class AdmissionReconciler:
             self._activated[name] = now
             outcome = await self.writer.activate_check(name, now)
             if outcome.result in ("written", "dry_run"):
-                prefix = "(dry-run) " if self.dry_run else ""
-                remember(self.ctx, f"{prefix}AdmissionCheck {name}: set Active=True")
+                why = " (dry-run keeps it active: Kueue admits as without queuepilot)" if self.dry_run else ""
+                remember(self.ctx, f"AdmissionCheck {name}: set Active=True{why}")
 
     async def _write(self, d: AdmissionDecision, now: float) -> WriteOutcome:
         async with self._sem:
@@ -170,7 +169,7 @@ class AdmissionReconciler:
             self.writer.post_event(ref, "Normal", d.reason, f"{d.check}: {shadow_message(d)}", now)
             line = f"(dry-run) {d.workload} [{d.cluster_queue}] would {would(d)} {d.reason}: {d.message}"
         else:
-            etype = "Normal" if d.state == CHECK_READY else "Warning"
+            etype: EventType = "Normal" if d.state == CHECK_READY else "Warning"
             self.writer.post_event(ref, etype, d.reason, f"{d.check}: {d.state or 'Pending'}: {d.message}", now)
             line = f"{d.workload} [{d.cluster_queue}] {d.state or 'Pending'} {d.reason}: {d.message}"
             if outcome.result == "dry_run":  # no API client: decided, nothing written
@@ -179,9 +178,10 @@ class AdmissionReconciler:
         log.info("admission %s", line)
 
     @property
-    def events(self) -> Any:
+    def events(self) -> EventSink | None:
         """The writer's Event sender (``KubeWriter.events``), for tests that wait for Events."""
-        return getattr(self.writer, "events", None)
+        sink = getattr(self.writer, "events", None)
+        return sink if isinstance(sink, EventSink) else None
 
     async def close(self) -> None:
         await self.writer.close()

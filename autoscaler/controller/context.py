@@ -9,9 +9,11 @@ its actuator (the one write), and publishes what the metrics collector should sh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from autoscaler.act.kube_writer import KubeWriter
@@ -37,7 +39,7 @@ class Published:
 class ControllerContext:
     """What a reconciler gets at construction: the API client, the config and the shared registry."""
 
-    api_client: Any  # kubernetes_asyncio.client.ApiClient (None in the simulator and the demo)
+    api_client: ApiClient | None  # None in the simulator and the demo
     registry: CollectorRegistry
     counters: ControllerCounters
     dry_run: bool = False
@@ -46,8 +48,8 @@ class ControllerContext:
     published: Published = field(default_factory=Published)
     controller_name: str = "queuepilot.io/gpu-capacity"
     field_manager: str = "queuepilot"
-    # callable(signal_name) -> None: ask the controller for a pass soon (e.g. after a write)
-    request_pass: Any = None
+    # ask the controller for a pass soon (e.g. after a write); the argument names why
+    request_pass: Callable[[str], None] | None = None
     # how decisions reach the world: None -> a KubeWriter over ``api_client`` (build_reconcilers);
     # the simulator and the demo pass their own
     writer: Writer | None = None

@@ -27,11 +27,10 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
-from autoscaler.act.events import ObjectRef
+from autoscaler.act.events import EventSink, ObjectRef
 from autoscaler.act.outcome import WriteOutcome
-from autoscaler.act.writer import Writer
+from autoscaler.act.writer import EventType, Writer
 from autoscaler.controller.admission import remember
 from autoscaler.controller.context import ControllerContext, writer_for
 from autoscaler.core import reasons as R
@@ -161,7 +160,7 @@ class ScalingReconciler:
             self.writer.post_event(ref, "Normal", d.reason, f"group {d.group}: {what} (dry-run): {message}", now)
             line = f"(dry-run) {d.namespace}/{d.cluster}/{d.group} {what} {d.reason}: {message}"
         else:
-            etype = "Warning" if (d.reason in _WARNING_REASONS or (d.infeasible and not wrote)) else "Normal"
+            etype: EventType = "Warning" if (d.reason in _WARNING_REASONS or (d.infeasible and not wrote)) else "Normal"
             prefix = "(dry-run) " if self.dry_run else ""
             self.writer.post_event(ref, etype, d.reason, f"group {d.group}: {prefix}{message}", now)
             line = f"{prefix}{d.namespace}/{d.cluster}/{d.group} {d.direction} {d.current}->{d.desired} " \
@@ -170,9 +169,10 @@ class ScalingReconciler:
         log.info("scaling %s", line)
 
     @property
-    def events(self) -> Any:
+    def events(self) -> EventSink | None:
         """The writer's Event sender (``KubeWriter.events``), for tests that wait for Events."""
-        return getattr(self.writer, "events", None)
+        sink = getattr(self.writer, "events", None)
+        return sink if isinstance(sink, EventSink) else None
 
     async def close(self) -> None:
         await self.writer.close()

@@ -153,3 +153,59 @@ async def test_a_refused_raycluster_patch_is_backed_off(fake_api, world, make_ct
     await rec.events.drain()
     assert len(warnings(fake_api, "rc")) == 1
     await rec.close()
+
+
+async def test_in_the_real_controller_loop_pod_churn_does_not_repeat_a_refused_write(fake_api, world):
+    """The defect as reported: a Workload whose status write is refused (422) while pods churn. Every
+    watch event brings a pass; without backoff each pass made a GET + PATCH of that Workload."""
+    import asyncio
+    import time
+
+    from autoscaler.cluster.client import make_api_client
+    from autoscaler.controller.config import ControllerConfig
+    from autoscaler.controller.loop import Controller
+    from autoscaler.core.snapshot import GpuState
+    from autoscaler.signals.gpu import GpuReading
+    from tests.decisions.test_scenarios import until
+
+    class FreshGpus:
+        name = "gpu"
+
+        @property
+        def reading(self):
+            return GpuReading(tuple(GpuState(uuid=f"n0-{i}", node="n0", index=i) for i in range(8)), time.time())
+
+        async def poll(self, now):
+            return None
+
+        async def close(self):
+            return None
+
+    base_world(world)
+    world.add(k.local_queue("lq-b", "team-b", "cq-a"))  # (the churning pods' namespace)
+    fake_api.fail_next(10_000, status=422, path_contains="/workloads/w/status", method="PATCH")
+    config = ControllerConfig(listen_host="127.0.0.1", listen_port=0, kubeconfig=str(fake_api.kubeconfig_path),
+                              resync_seconds=300.0, debounce_seconds=0.02, leader_elect=False, identity="t",
+                              gpu_poll_seconds=300.0, ray_poll_seconds=300.0)
+    client = await make_api_client(config.kubeconfig)
+    controller = Controller(config, client, gpu_signal=FreshGpus(), ray_client=None)
+    await controller.start()
+    try:
+        async with asyncio.timeout(30):
+            await until(lambda: controller.synced and controller.passes)
+            first = controller.passes
+            for i in range(40):  # pods come and go on another team's namespace
+                world.add(k.pod(f"churn-{i}", "team-b", "n0"))
+                await asyncio.sleep(0.03)
+                fake_api.delete("v1", "Pod", f"churn-{i}", "team-b")
+                await asyncio.sleep(0.03)
+            passes = controller.passes - first
+    finally:
+        await controller.shutdown()
+        await client.close()
+    assert passes >= 10  # the churn did drive passes
+    patches = requests(fake_api, "workloads/status", "PATCH")
+    reads = [r for r in fake_api.requests if r.resource == "workloads" and r.method == "GET" and r.name == "w"]
+    assert len(patches) == 1 and len(reads) == 1  # refused once, then held back (>= 5 s) for the whole churn
+    assert controller.registry.get_sample_value("queuepilot_objects_in_write_backoff",
+                                                {"resource": "workloads/status"}) == 1
