@@ -1,12 +1,12 @@
 """A small Kueue + KubeRay world on the fake API server for the decision scenarios.
 
-The test plays Kueue's part (research-kueue.md a/b): reserve quota with our check Pending; on
-Ready set Admitted; on Retry evict (Evicted=True reason AdmissionCheck, checks reset to Pending
-with retryCount+1, quota released, Requeued=False); on Rejected deactivate (spec.active=false,
-Evicted reason DeactivatedDueToAdmissionCheck, quota released).  And KubeRay's part
-(research-ray.md 1): delete every pod named in workersToDelete, then create or delete pods to
-match replicas clamped to [min, max] (deleting arbitrary pods only when autoscaling is off).
-Snapshots are built with the controller's own ``views`` + ``build_snapshot``.
+The test plays Kueue's part, as its workload and admission-check controllers do: reserve quota
+with our check Pending; on Ready set Admitted; on Retry evict (Evicted=True reason AdmissionCheck,
+checks reset to Pending with retryCount+1, quota released, Requeued=False); on Rejected deactivate
+(spec.active=false, Evicted reason DeactivatedDueToAdmissionCheck, quota released).  And KubeRay's
+part, as its RayCluster controller does: delete every pod named in workersToDelete, then create or
+delete pods to match replicas clamped to [min, max] (deleting arbitrary pods only when
+autoscaling is off).  Snapshots are built with the controller's own ``views`` + ``build_snapshot``.
 """
 
 from __future__ import annotations
