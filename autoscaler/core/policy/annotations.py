@@ -11,14 +11,15 @@ Formats (docs/autoscaling.md has examples):
 ``queuepilot.io/autoscale``                 ``"true"`` opts the cluster in (anything else: left alone)
 ``queuepilot.io/target-gpu-utilization``    ratio ``0.7`` or ``70%``
 ``queuepilot.io/idle-gpu-utilization``      ratio under which a GPU worker counts as idle
-``queuepilot.io/idle-window``               duration ``600``, ``600s``, ``10m``, ``1h30m``
+``queuepilot.io/idle-window``               duration ``600``, ``600s``, ``10m``, ``1h30m`` (at most 30 days)
 ``queuepilot.io/pressured-idle-window``     duration used while other queues wait (must be <= idle-window)
 ``queuepilot.io/queue-pressure-wait``       duration another queue's workload must wait to count
 ``queuepilot.io/target-cpu-utilization``    ratio (CPU-only groups)
 ``queuepilot.io/target-memory-utilization`` ratio (CPU-only groups)
 ``queuepilot.io/idle-cpu-utilization``      ratio (CPU-only groups)
 ``queuepilot.io/tolerance``                 float in [0, 1)
-``queuepilot.io/scale-up-policy``           ``"Pods:4:15,Percent:100:15;select=Max;window=0s"``
+``queuepilot.io/scale-up-policy``           ``"Pods:4:15,Percent:100:15;select=Max;window=0s"`` (value
+                                            1-100000, period 1-1800 s, window 0-3600 s)
 ``queuepilot.io/scale-down-policy``         ``"Pods:1:60;select=Min;window=5m"``
 ``queuepilot.io/reclaim-idle-actors``       ``"true"``: workers whose Ray actors leave the GPU idle may go
                                             (the actors are killed); ``"false"`` (default)
@@ -29,12 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
+from autoscaler.core.policy.behavior import ScalingRules
 from autoscaler.core.policy.config import (
     ScalingDefaults,
+    brief_repr,
+    format_rules,
     parse_bool,
     parse_duration,
+    parse_fraction,
     parse_ratio,
     parse_rules,
 )
@@ -42,16 +46,10 @@ from autoscaler.core.snapshot import AUTOSCALE_ANNOTATION
 
 PREFIX = "queuepilot.io/"
 
+Parser = Callable[[str, ScalingDefaults], object]
 
-def _tolerance(v: str) -> float:
-    f = float(v)
-    if not 0 <= f < 1:
-        raise ValueError("tolerance must be in [0, 1)")
-    return f
-
-
-# annotation -> (field, parser(value, current policy))
-_FIELDS: dict[str, tuple[str, Callable[[str, ScalingDefaults], Any]]] = {
+# annotation -> (field, parser(value, current policy)); each parser raises ValueError for a bad value
+_FIELDS: dict[str, tuple[str, Parser]] = {
     PREFIX + "target-gpu-utilization": ("target_gpu_utilization", lambda v, _: parse_ratio(v)),
     PREFIX + "idle-gpu-utilization": ("idle_gpu_utilization", lambda v, _: parse_ratio(v)),
     PREFIX + "idle-window": ("idle_window_seconds", lambda v, _: parse_duration(v)),
@@ -60,7 +58,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str, ScalingDefaults], Any]]] = {
     PREFIX + "target-cpu-utilization": ("target_cpu_utilization", lambda v, _: parse_ratio(v)),
     PREFIX + "target-memory-utilization": ("target_memory_utilization", lambda v, _: parse_ratio(v)),
     PREFIX + "idle-cpu-utilization": ("idle_cpu_utilization", lambda v, _: parse_ratio(v)),
-    PREFIX + "tolerance": ("tolerance", lambda v, _: _tolerance(v)),
+    PREFIX + "tolerance": ("tolerance", lambda v, _: parse_fraction(v)),
     PREFIX + "scale-up-policy": ("scale_up", lambda v, p: parse_rules(v, p.scale_up)),
     PREFIX + "scale-down-policy": ("scale_down", lambda v, p: parse_rules(v, p.scale_down)),
     PREFIX + "reclaim-idle-actors": ("reclaim_idle_actors", lambda v, _: parse_bool(v)),
@@ -73,8 +71,10 @@ def policy_from_annotations(
 ) -> tuple[ScalingDefaults, tuple[str, ...]]:
     """The effective policy for one RayCluster and the warnings for annotations that were ignored.
 
-    Annotations are applied in name order; ``idle-window`` before ``pressured-idle-window`` so that
-    raising both at once is accepted.
+    Never raises: a value that does not parse, or parses to something out of range (NaN, infinity,
+    negative, overflow, a window past its limit), leaves the current value in place and adds one
+    warning naming the annotation.  Annotations are applied in name order; ``idle-window`` before
+    ``pressured-idle-window`` so that raising both at once is accepted.
     """
     policy = defaults
     warnings: list[str] = []
@@ -86,11 +86,14 @@ def policy_from_annotations(
             continue
         spec = _FIELDS.get(key)
         if spec is None:
-            warnings.append(f"unknown annotation {key}={raw!r} ignored (known: {', '.join(sorted(_FIELDS))})")
+            warnings.append(f"unknown annotation {key[:128]}={brief_repr(raw)} ignored "
+                            f"(known: {', '.join(sorted(_FIELDS))})")
             continue
         name, parse = spec
         try:
             policy = replace(policy, **{name: parse(str(raw), policy)})
-        except (ValueError, TypeError) as e:
-            warnings.append(f"annotation {key}={raw!r} ignored: {e}; using {getattr(policy, name)!r}")
+        except (ValueError, TypeError, ArithmeticError) as e:
+            current = getattr(policy, name)
+            shown = repr(format_rules(current)) if isinstance(current, ScalingRules) else brief_repr(current)
+            warnings.append(f"annotation {key}={brief_repr(raw)} ignored: {e}; using {shown}")
     return policy, tuple(warnings)

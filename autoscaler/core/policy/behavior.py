@@ -34,6 +34,8 @@ Recommendation = tuple[float, int]
 ScaleEvent = tuple[float, int]
 Step = tuple[int, str, str]
 
+MAX_POLICY_VALUE = 100_000  # pods or percent per period; more is a typo (and would overflow the arithmetic)
+
 
 @dataclass(frozen=True, slots=True)
 class ScalingPolicy:
@@ -46,8 +48,9 @@ class ScalingPolicy:
     def __post_init__(self) -> None:
         if self.type not in ("Pods", "Percent"):
             raise ValueError(f"policy type must be Pods or Percent, not {self.type!r}")
-        if self.value <= 0 or not 0 < self.period_seconds <= 1800:
-            raise ValueError(f"policy value must be > 0 and period in (0, 1800] s, got {self.value}, {self.period_seconds}")
+        if not 0 < self.value <= MAX_POLICY_VALUE or not 0 < self.period_seconds <= 1800:
+            raise ValueError(f"policy value must be in [1, {MAX_POLICY_VALUE}] and period in (0, 1800] s, "
+                             f"got {self.value}, {self.period_seconds}")
 
 
 @dataclass(frozen=True, slots=True)

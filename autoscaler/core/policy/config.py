@@ -8,16 +8,20 @@ naming it: configuration errors are found at start-up, not in the middle of a de
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 from autoscaler.core.policy.behavior import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
+    MAX_POLICY_VALUE,
+    PolicyType,
     ScalingPolicy,
     ScalingRules,
+    SelectPolicy,
 )
 
 DEFAULT_CONTROLLER_NAME = "queuepilot.io/gpu-capacity"
@@ -25,66 +29,131 @@ StaleSignalMode = Literal["fail-open", "hold"]
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
+# The longest duration any knob accepts (30 days): longer is a typo or an attempt to disable a
+# mechanism by overflow, and would be rejected with a clear message rather than accepted.
+MAX_DURATION_SECONDS = 30 * 86400.0
+
+
+def _checked_seconds(seconds: float, value: object) -> float:
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {brief_repr(value)}")
+    if seconds < 0:
+        raise ValueError(f"negative duration: {brief_repr(value)}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"duration above the 30-day limit: {brief_repr(value)}")
+    return seconds
+
+
+def brief_repr(value: object, limit: int = 64) -> str:
+    """``repr(value)`` cut to ``limit`` characters (values end up in Events and logs)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else f"<{value.bit_length()}-bit int>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 def parse_duration(value: object) -> float:
-    """Seconds from ``300``, ``"300"``, ``"300s"``, ``"5m"``, ``"1h30m"``; ValueError otherwise."""
+    """Seconds from ``300``, ``"300"``, ``"300s"``, ``"5m"``, ``"1h30m"``; ValueError otherwise
+    (also for NaN, infinity, negative values and anything over 30 days)."""
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"negative duration: {value!r}")
-        return float(value)
+    if isinstance(value, int):
+        if abs(value) > MAX_DURATION_SECONDS:  # before float(): a huge int would overflow
+            raise ValueError(f"duration above the 30-day limit: {brief_repr(value)}")
+        return _checked_seconds(float(value), value)
+    if isinstance(value, float):
+        return _checked_seconds(value, value)
     text = str(value).strip()
     try:
         seconds = float(text)
     except ValueError:
         m = _DURATION.match(text)
         if not text or m is None or not any(m.groups()):
-            raise ValueError(f"not a duration (use e.g. 90s, 10m, 1h30m): {value!r}") from None
+            raise ValueError(f"not a duration (use e.g. 90s, 10m, 1h30m): {brief_repr(value)}") from None
         h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-        return h * 3600 + mi * 60 + s
-    if seconds < 0:
-        raise ValueError(f"negative duration: {value!r}")
-    return seconds
+        seconds = h * 3600 + mi * 60 + s
+    return _checked_seconds(seconds, value)
 
 
 def parse_ratio(value: object) -> float:
-    """A 0-1 ratio from ``0.7``, ``"0.7"`` or ``"70%"``; ValueError outside (0, 1]."""
-    text = str(value).strip()
+    """A 0-1 ratio from ``0.7``, ``"0.7"`` or ``"70%"``; ValueError outside (0, 1] (and for NaN)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a ratio (use 0.7 or 70%): {value!r}")
+    text = str(value).strip() if not isinstance(value, int) or abs(value) < 10**6 else "inf"
     try:
         r = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise ValueError(f"not a ratio (use 0.7 or 70%): {value!r}") from None
-    if not 0 < r <= 1:
-        raise ValueError(f"ratio must be in (0, 1]: {value!r}")
+        raise ValueError(f"not a ratio (use 0.7 or 70%): {brief_repr(value)}") from None
+    if not 0 < r <= 1:  # False for NaN too
+        raise ValueError(f"ratio must be in (0, 1]: {brief_repr(value)}")
     return r
+
+
+def parse_fraction(value: object) -> float:
+    """A float in [0, 1) (the tolerance); ValueError otherwise (also for NaN and infinity)."""
+    if isinstance(value, bool) or (isinstance(value, int) and abs(value) >= 10**6):
+        raise ValueError(f"must be a number in [0, 1): {brief_repr(value)}")
+    try:
+        f = float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"not a number: {brief_repr(value)}") from None
+    if not 0 <= f < 1:  # False for NaN too
+        raise ValueError(f"must be in [0, 1): {brief_repr(value)}")
+    return f
+
+
+def parse_count(value: object, what: str, lo: int = 0, hi: int = 1_000_000) -> int:
+    """A whole number in ``[lo, hi]`` from an int, an integral float or a string of digits."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a whole number: {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, float):
+        if not (math.isfinite(value) and value.is_integer()):
+            raise ValueError(f"{what} must be a whole number: {brief_repr(value)}")
+        if not lo <= value <= hi:
+            raise ValueError(f"{what} must be in [{lo}, {hi}]: {brief_repr(value)}")
+        n = int(value)
+    else:
+        text = str(value).strip()
+        if not re.fullmatch(r"[+-]?\d{1,12}", text, flags=re.ASCII):
+            raise ValueError(f"{what} must be a whole number: {brief_repr(value)}")
+        n = int(text)
+    if not lo <= n <= hi:
+        raise ValueError(f"{what} must be in [{lo}, {hi}]: {brief_repr(value)}")
+    return n
 
 
 def parse_bool(value: object) -> bool:
     """``true``/``false`` (a YAML bool, or the strings, any case); ValueError otherwise."""
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    text = str(value).strip().lower() if isinstance(value, str) else ""
     if text in ("true", "false"):
         return text == "true"
-    raise ValueError(f"not a boolean (use true or false): {value!r}")
+    raise ValueError(f"not a boolean (use true or false): {brief_repr(value)}")
 
 
 def parse_rules(value: object, default: ScalingRules) -> ScalingRules:
     """Scaling rules from a string ``"Pods:2:60,Percent:50:60;select=Min;window=5m"`` or a mapping
     ``{policies: ["Pods:2:60"] | [{type, value, periodSeconds}], select_policy, stabilization_window}``.
-    Parts left out keep ``default``'s values."""
+    Parts left out keep ``default``'s values.  ValueError for anything malformed or out of range
+    (window over 3600 s, period outside (0, 1800] s, value outside [1, 100000])."""
     policies: tuple[ScalingPolicy, ...] = default.policies
-    select = default.select_policy
+    select: SelectPolicy = default.select_policy
     window = default.stabilization_window_seconds
     if isinstance(value, Mapping):
         unknown = set(value) - {"policies", "select_policy", "selectPolicy", "stabilization_window",
                                 "stabilizationWindowSeconds"}
         if unknown:
-            raise ValueError(f"unknown scaling-rules keys: {sorted(unknown)}")
+            raise ValueError(f"unknown scaling-rules keys: {brief_repr(sorted(map(str, unknown)))}")
         if "policies" in value:
-            policies = tuple(_policy(p) for p in value["policies"])
-        select = value.get("select_policy", value.get("selectPolicy", select))
+            given = value["policies"]
+            items = given.split(",") if isinstance(given, str) else given
+            if not isinstance(items, list | tuple):
+                raise ValueError(f"policies must be a list: {brief_repr(given)}")
+            policies = tuple(_policy(p) for p in items)
+        raw_select = value.get("select_policy", value.get("selectPolicy"))
+        if raw_select is not None:
+            select = _select(raw_select)
         w = value.get("stabilization_window", value.get("stabilizationWindowSeconds"))
         if w is not None:
             window = int(parse_duration(w))
@@ -92,18 +161,18 @@ def parse_rules(value: object, default: ScalingRules) -> ScalingRules:
         text = str(value).strip()
         parts = [p.strip() for p in text.split(";") if p.strip()]
         if not parts:
-            raise ValueError(f"empty scaling rules: {value!r}")
-        new_policies = []
+            raise ValueError(f"empty scaling rules: {brief_repr(value)}")
+        new_policies: list[ScalingPolicy] = []
         for part in parts:
             if "=" in part:
                 k, _, v = part.partition("=")
                 k = k.strip().lower()
                 if k == "select":
-                    select = v.strip().capitalize()  # type: ignore[assignment]
+                    select = _select(v)
                 elif k == "window":
                     window = int(parse_duration(v.strip()))
                 else:
-                    raise ValueError(f"unknown scaling-rules option {k!r} (use select= or window=)")
+                    raise ValueError(f"unknown scaling-rules option {brief_repr(k)} (use select= or window=)")
             else:
                 new_policies.extend(_policy(p) for p in part.split(",") if p.strip())
         if new_policies:
@@ -111,22 +180,38 @@ def parse_rules(value: object, default: ScalingRules) -> ScalingRules:
     return ScalingRules(policies=policies, select_policy=select, stabilization_window_seconds=window)
 
 
+def format_rules(rules: ScalingRules) -> str:
+    """``rules`` in the annotation's own format (``"Pods:4:15,Percent:100:15;select=Max;window=0s"``)."""
+    policies = ",".join(f"{p.type}:{p.value}:{p.period_seconds}" for p in rules.policies)
+    return f"{policies};select={rules.select_policy};window={rules.stabilization_window_seconds}s"
+
+
+def _select(value: object) -> SelectPolicy:
+    text = str(value).strip().capitalize() if isinstance(value, str) else ""
+    if text == "Max" or text == "Min" or text == "Disabled":
+        return text
+    raise ValueError(f"selectPolicy must be Max, Min or Disabled, not {brief_repr(value)}")
+
+
+def _policy_type(value: object) -> PolicyType:
+    text = str(value).strip().capitalize() if isinstance(value, str) else ""
+    if text == "Pods" or text == "Percent":
+        return text
+    raise ValueError(f"policy type must be Pods or Percent, not {brief_repr(value)}")
+
+
 def _policy(p: object) -> ScalingPolicy:
     if isinstance(p, Mapping):
-        try:
-            return ScalingPolicy(str(p["type"]), int(p["value"]),
-                                 int(parse_duration(p.get("periodSeconds", p.get("period_seconds")))))
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"policy needs type, value, periodSeconds: {p!r}") from e
+        if "type" not in p or "value" not in p or ("periodSeconds" not in p and "period_seconds" not in p):
+            raise ValueError(f"policy needs type, value, periodSeconds: {brief_repr(dict(p))}")
+        period = p.get("periodSeconds", p.get("period_seconds"))
+        return ScalingPolicy(_policy_type(p["type"]), parse_count(p["value"], "policy value", 1, MAX_POLICY_VALUE),
+                             int(parse_duration(period)))
     bits = str(p).strip().split(":")
     if len(bits) != 3:
-        raise ValueError(f"policy must be Type:value:period, e.g. Pods:2:60 — got {p!r}")
-    kind = bits[0].strip().capitalize()
-    try:
-        value = int(bits[1])
-    except ValueError:
-        raise ValueError(f"policy value must be an integer: {p!r}") from None
-    return ScalingPolicy(kind, value, int(parse_duration(bits[2].strip())))  # type: ignore[arg-type]
+        raise ValueError(f"policy must be Type:value:period, e.g. Pods:2:60 — got {brief_repr(p)}")
+    return ScalingPolicy(_policy_type(bits[0]), parse_count(bits[1], "policy value", 1, MAX_POLICY_VALUE),
+                         int(parse_duration(bits[2].strip())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +227,22 @@ class AdmissionConfig:
     check_cpu_memory: bool = True  # GPU pods must also fit the node's free CPU/memory (when known)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.controller_name, str) or not self.controller_name:
+            raise ValueError(f"admission.controller_name must be a non-empty string, not {brief_repr(self.controller_name)}")
         if self.stale_signal_mode not in ("fail-open", "hold"):
-            raise ValueError(f"admission.stale_signal_mode must be fail-open or hold, not {self.stale_signal_mode!r}")
+            raise ValueError(f"admission.stale_signal_mode must be fail-open or hold, not {brief_repr(self.stale_signal_mode)}")
+        for name in ("retry_backoff_base_seconds", "retry_backoff_cap_seconds", "reservation_timeout_seconds"):
+            _check_duration_field("admission", name, getattr(self, name))
         if self.retry_backoff_base_seconds <= 0 or self.retry_backoff_cap_seconds < self.retry_backoff_base_seconds:
             raise ValueError("admission retry backoff: need 0 < base <= cap")
         if self.reservation_timeout_seconds <= 0:
             raise ValueError("admission.reservation_timeout_seconds must be > 0")
+        if self.max_retries is not None and (isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int)
+                                             or not 0 <= self.max_retries <= 1_000_000):
+            raise ValueError(f"admission.max_retries must be a whole number in [0, 1000000] or null, "
+                             f"not {brief_repr(self.max_retries)}")
+        if not isinstance(self.check_cpu_memory, bool):
+            raise ValueError(f"admission.check_cpu_memory must be true or false, not {brief_repr(self.check_cpu_memory)}")
 
     def backoff_seconds(self, attempt: int) -> int:
         """``base * 2^attempt`` capped (attempt 0 = first Retry), as whole seconds for requeueAfterSeconds."""
@@ -174,29 +269,49 @@ class ScalingDefaults:
     reclaim_idle_actors: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("target_gpu_utilization", "target_cpu_utilization", "target_memory_utilization"):
+        for name in ("target_gpu_utilization", "target_cpu_utilization", "target_memory_utilization",
+                     "idle_gpu_utilization", "idle_cpu_utilization"):
             v = getattr(self, name)
-            if not 0 < v <= 1:
-                raise ValueError(f"scaling.{name} must be in (0, 1], got {v}")
-        if not 0 <= self.tolerance < 1:
-            raise ValueError("scaling.tolerance must be in [0, 1)")
+            if not _is_number(v) or not 0 < v <= 1:  # NaN fails the range test too
+                raise ValueError(f"scaling.{name} must be in (0, 1], got {brief_repr(v)}")
+        if not _is_number(self.tolerance) or not 0 <= self.tolerance < 1:
+            raise ValueError(f"scaling.tolerance must be in [0, 1), got {brief_repr(self.tolerance)}")
+        for name in ("idle_window_seconds", "pressured_idle_window_seconds", "queue_pressure_wait_seconds"):
+            _check_duration_field("scaling", name, getattr(self, name))
         if self.pressured_idle_window_seconds > self.idle_window_seconds:
             raise ValueError("scaling.pressured_idle_window must not exceed scaling.idle_window")
+        for name in ("scale_up", "scale_down"):
+            if not isinstance(getattr(self, name), ScalingRules):
+                raise ValueError(f"scaling.{name} must be scaling rules, not {brief_repr(getattr(self, name))}")
+        if not isinstance(self.reclaim_idle_actors, bool):
+            raise ValueError(f"scaling.reclaim_idle_actors must be true or false, not {brief_repr(self.reclaim_idle_actors)}")
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _check_duration_field(section: str, name: str, v: object) -> None:
+    if not _is_number(v) or not 0 <= v <= MAX_DURATION_SECONDS:  # type: ignore[operator]
+        raise ValueError(f"{section}.{name.removesuffix(_DURATION_SUFFIX)} must be a duration in [0s, 30 days], "
+                         f"got {brief_repr(v)}")
 
 
 _DURATION_SUFFIX = "_seconds"
+_Section = TypeVar("_Section", "AdmissionConfig", "ScalingDefaults")
 
 
-def _from_section(cls: type, section: Mapping[str, Any] | None, name: str) -> Any:
+def _from_section(cls: type[_Section], section: object, name: str) -> _Section:
     """Build ``cls`` from a config section: keys are field names; ``*_seconds`` fields also accept the
-    name without the suffix with a duration string (``idle_window: 10m``)."""
+    name without the suffix with a duration string (``idle_window: 10m``).  ValueError naming the
+    key for an unknown key or a malformed value."""
     obj = cls()
     if not section:
         return obj
     if not isinstance(section, Mapping):
         raise ValueError(f"config section {name!r} must be a mapping")
     names = {f.name for f in fields(cls)}
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for key, raw in section.items():
         k = str(key).replace("-", "_")
         try:
@@ -204,30 +319,33 @@ def _from_section(cls: type, section: Mapping[str, Any] | None, name: str) -> An
                 changes[k] = parse_duration(raw)
             elif k + _DURATION_SUFFIX in names:
                 changes[k + _DURATION_SUFFIX] = parse_duration(raw)
-            elif k in ("scale_up", "scale_down"):
+            elif k in ("scale_up", "scale_down") and k in names:
                 changes[k] = parse_rules(raw, getattr(obj, k))
             elif k in names and ("utilization" in k):
                 changes[k] = parse_ratio(raw)
-            elif k == "tolerance":
-                changes[k] = float(raw)
-            elif k == "reclaim_idle_actors":
+            elif k == "tolerance" and k in names:
+                changes[k] = parse_fraction(raw)
+            elif k in ("reclaim_idle_actors", "check_cpu_memory") and k in names:
                 changes[k] = parse_bool(raw)
-            elif k == "max_retries":
-                changes[k] = None if raw is None else int(raw)
+            elif k == "max_retries" and k in names:
+                changes[k] = None if raw is None else parse_count(raw, "max_retries")
             elif k in names:
-                changes[k] = raw
+                changes[k] = raw if isinstance(raw, str) else str(raw)
             else:
-                raise ValueError(f"unknown key {key!r} (known: {sorted(names)})")
-        except ValueError as e:
-            raise ValueError(f"config {name}.{key}: {e}") from None
-    return replace(obj, **changes)
+                raise ValueError(f"unknown key {brief_repr(key)} (known: {sorted(names)})")
+        except (ValueError, TypeError, ArithmeticError) as e:
+            raise ValueError(f"config {name}.{str(key)[:64]}: {e}") from None
+    try:
+        return replace(obj, **changes)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"config {name}: {e}") from None
 
 
-def admission_config(settings: Mapping[str, Any] | None) -> AdmissionConfig:
+def admission_config(settings: Mapping[str, object] | None) -> AdmissionConfig:
     """``AdmissionConfig`` from the parsed configuration (its ``admission:`` section)."""
     return _from_section(AdmissionConfig, (settings or {}).get("admission"), "admission")
 
 
-def scaling_defaults(settings: Mapping[str, Any] | None) -> ScalingDefaults:
+def scaling_defaults(settings: Mapping[str, object] | None) -> ScalingDefaults:
     """``ScalingDefaults`` from the parsed configuration (its ``scaling:`` section)."""
     return _from_section(ScalingDefaults, (settings or {}).get("scaling"), "scaling")
