@@ -36,6 +36,10 @@ def _dcgm_host(expr: str) -> str:
     return f'label_replace({expr}, "Hostname", "$1", "hostname", "(.+)")'
 
 
+# decisions a dry-run controller only reports (mode="dry_run") changed nothing: no workload was sent
+# back or deactivated, so the admission alerts count the others (live, or from before the label existed)
+LIVE = 'mode!="dry_run"'
+
 # pod labels arrive as pod/namespace (honorLabels) or exported_pod/exported_namespace (without)
 _POD_NORMALIZE = (
     'label_replace(label_replace({expr}, "pod", "$1", "exported_pod", "(.+)"), '
@@ -195,7 +199,7 @@ def alerts(c: AlertConfig) -> list[Alert]:
         ),
         Alert(
             "QueuePilotAdmissionRetryLoop", "warning",
-            f'sum by (cluster_queue) (increase({cm.ADMISSION_DECISIONS_TOTAL.name}{{state="Retry"}}'
+            f'sum by (cluster_queue) (increase({cm.ADMISSION_DECISIONS_TOTAL.name}{{state="Retry",{LIVE}}}'
             f"[{c.retry_window}])) > {n(c.retry_loop_count)}",
             "15m",
             "Workloads keep being sent back by the GPU capacity check.",
@@ -206,7 +210,7 @@ def alerts(c: AlertConfig) -> list[Alert]:
         ),
         Alert(
             "QueuePilotWorkloadsRejected", "warning",
-            f'sum by (cluster_queue, reason) (increase({cm.ADMISSION_DECISIONS_TOTAL.name}{{state="Rejected"}}'
+            f'sum by (cluster_queue, reason) (increase({cm.ADMISSION_DECISIONS_TOTAL.name}{{state="Rejected",{LIVE}}}'
             f"[{c.rejected_window}])) > 0",
             "1m",
             "Workloads were rejected as impossible to place.",

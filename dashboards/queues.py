@@ -134,22 +134,23 @@ def build():
         (c.row("Admission checks"), 24, 1),
         (c.timeseries(
             "Admission decisions",
-            "AdmissionCheck answers per second by state (Ready, Retry, Rejected).",
+            "AdmissionCheck answers per second by state (Ready, Retry, Rejected). With the controller in "
+            "dry-run the series carry mode=dry_run and count what a live controller would have answered.",
             "ops",
             c.targets((
-                f"sum by (cluster_queue, state) (rate({decisions}{{{Q}}}[$__rate_interval]))",
-                "{{cluster_queue}} {{state}}",
+                f"sum by (cluster_queue, state, mode) (rate({decisions}{{{Q}}}[$__rate_interval]))",
+                "{{cluster_queue}} {{state}} {{mode}}",
             )),
             stacked=True,
         ), 12, 8),
         (c.timeseries(
             "Retry loops",
             "Retry answers per queue and reason in each interval: a steady stream means the queue's quota "
-            "admits work the healthy, placeable GPUs cannot hold.",
+            "admits work the healthy, placeable GPUs cannot hold (mode=dry_run: would-be Retries).",
             "short",
             c.targets((
-                f'sum by (cluster_queue, reason) (increase({decisions}{{{Q},state="Retry"}}[$__rate_interval]))',
-                "{{cluster_queue}} {{reason}}",
+                f'sum by (cluster_queue, reason, mode) (increase({decisions}{{{Q},state="Retry"}}[$__rate_interval]))',
+                "{{cluster_queue}} {{reason}} {{mode}}",
             )),
             bars=True,
         ), 12, 8),

@@ -30,13 +30,13 @@ def scale_annotation() -> dict:
         "enable": True,
         "iconColor": "rgba(255, 152, 48, 1)",
         "expr": (
-            f"sum by ({GROUP}, direction, reason) "
+            f"sum by ({GROUP}, direction, reason, mode) "
             f'(changes({cm.SCALE_DECISIONS_TOTAL.name}{{{G},direction!="hold"}}[$__rate_interval])) > 0'
         ),
         "step": "1m",
-        "titleFormat": "scale {{direction}}: {{raycluster}}/{{group}}",
+        "titleFormat": "scale {{direction}} {{mode}}: {{raycluster}}/{{group}}",
         "textFormat": "{{reason}}",
-        "tagKeys": "namespace,raycluster,group,direction,reason",
+        "tagKeys": "namespace,raycluster,group,direction,reason,mode",
         "useValueForTime": False,
     }
 
@@ -81,12 +81,13 @@ def build():
         ), 12, 8),
         (c.timeseries(
             "Scale decisions",
-            "Scaling decisions per interval by direction and reason (hold included).",
+            "Scaling decisions per interval by direction and reason (hold included); mode=dry_run marks "
+            "what a dry-run controller would have written.",
             "short",
             c.targets((
-                f"sum by (raycluster, group, direction, reason) "
+                f"sum by (raycluster, group, direction, reason, mode) "
                 f"(increase({cm.SCALE_DECISIONS_TOTAL.name}{{{G}}}[$__rate_interval]))",
-                LEGEND + " {{direction}} {{reason}}",
+                LEGEND + " {{direction}} {{reason}} {{mode}}",
             )),
             bars=True,
         ), 24, 8),

@@ -158,11 +158,11 @@ def controller_history(h: History) -> None:
         h.add(cm.QUEUE_OLDEST_PENDING.name, lq_labels, lambda t, i=i: (t % (2400 + 600 * i)))
         h.add(cm.QUEUE_PENDING_GPUS.name, {**q, "flavor": flavor}, wave(8, 6, phase=i))
         h.histogram(cm.QUEUE_WAIT_SECONDS.name, q, cm.WAIT_BUCKETS, rate=0.05, typical=600 * (i + 1))
-        h.add(cm.ADMISSION_DECISIONS_TOTAL.name, {**q, "state": "Ready", "reason": "CapacityConfirmed"},
+        h.add(cm.ADMISSION_DECISIONS_TOTAL.name, {**q, "state": "Ready", "reason": "CapacityConfirmed", "mode": "live"},
               counter(0.04))
-        h.add(cm.ADMISSION_DECISIONS_TOTAL.name, {**q, "state": "Retry", "reason": "NoPlaceableCapacity"},
+        h.add(cm.ADMISSION_DECISIONS_TOTAL.name, {**q, "state": "Retry", "reason": "NoPlaceableCapacity", "mode": "live"},
               counter(0.02 * (i + 1)))
-        h.add(cm.ADMISSION_DECISIONS_TOTAL.name, {**q, "state": "Rejected", "reason": "NeverFits"}, steps(3600))
+        h.add(cm.ADMISSION_DECISIONS_TOTAL.name, {**q, "state": "Rejected", "reason": "NeverFits", "mode": "live"}, steps(3600))
         kq = {"job": "kueue", "cluster_queue": cq, "replica_role": "leader"}
         h.add("kueue_pending_workloads", {**kq, "status": "active"}, wave(3, 2, phase=i))
         h.add("kueue_pending_workloads", {**kq, "status": "inadmissible"}, const(1))
@@ -187,9 +187,9 @@ def controller_history(h: History) -> None:
         h.add(cm.RAY_PENDING_GPUS.name, g, wave(2, 2))
         h.add(cm.RAY_GPU_UTILIZATION.name, g, wave(0.5, 0.3))
         h.add(cm.RAY_IDLE_GPUS.name, g, wave(1, 1))
-        h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "up", "reason": "PendingDemand"}, steps(900))
-        h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "down", "reason": "IdleWorkers"}, steps(1300))
-        h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "hold", "reason": "Stable"}, counter(0.1))
+        h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "up", "reason": "PendingDemand", "mode": "live"}, steps(900))
+        h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "down", "reason": "IdleWorkers", "mode": "live"}, steps(1300))
+        h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "hold", "reason": "Stable", "mode": "live"}, counter(0.1))
         ray = {"job": "ray-head", "namespace": ns, "ray_io_cluster": rc, "SessionName": "session_1"}
         for state, fn in (("RUNNING", wave(6, 3)), ("PENDING_NODE_ASSIGNMENT", wave(2, 2)), ("FINISHED", counter(0.3))):
             h.add("ray_tasks", {**ray, "State": state, "Name": "train_step"}, fn)

@@ -147,7 +147,7 @@ def test_settings_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("QUEUEPILOT_ALERTS_SET", "retry_loop_count=3,retry_window=10m")
     assert alerts_main(["--out", str(tmp_path)]) == 0
     text = (tmp_path / "queuepilot-rules.yaml").read_text()
-    assert '{state="Retry"}[10m])) > 3' in text
+    assert '{state="Retry",mode!="dry_run"}[10m])) > 3' in text
 
 
 def test_alertmanager_example_passes_amtool():
