@@ -1,0 +1,65 @@
+"""A real Prometheus over two weeks of backfilled GPU history (tests/economics/world.py) plus the economics
+recording rules backfilled over it, layer by layer (``promtool tsdb create-blocks-from rules``: a rule
+cannot read another rule's output in the same backfill, so each layer is evaluated against a Prometheus
+that already holds the previous one)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alerts import economics
+from tests.economics import world
+from tests.support.prometheus import Prometheus, promtool, run_prometheus
+
+CONFIG = economics.EconomicsConfig(interval="5m").with_prices(f"{k}={v}" for k, v in world.PRICES.items())
+
+
+@dataclass
+class Backfilled:
+    prom: Prometheus
+    end: int
+    rule_file: Path
+
+
+def _backfill_rules(prom: Prometheus, groups: list[dict], start: int, end: int, work: Path, data: Path) -> None:
+    rules = work / f"layer-{groups[0]['name']}.yaml"
+    rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False, width=4096))
+    out = work / f"blocks-{groups[0]['name']}"
+    result = promtool(
+        "tsdb", "create-blocks-from", "rules", "--max-block-duration=168h", f"--start={start}", f"--end={end}", f"--url={prom.url}",
+        f"--output-dir={out}", "--quiet", str(rules),
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    for block in out.iterdir():
+        shutil.move(str(block), str(data / block.name))
+
+
+@pytest.fixture(scope="session")
+def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backfilled]:
+    work = tmp_path_factory.mktemp("economics")
+    end = (int(time.time()) - 600) // world.STEP * world.STEP
+    start = end - world.DAYS * 86400
+    om = work / "history.om"
+    with om.open("w") as f:
+        for line in world.openmetrics(end):
+            f.write(line + "\n")
+    data = work / "data"
+    result = promtool("tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=168h", "--quiet",
+                      str(om), str(data))
+    assert result.returncode == 0, result.stderr
+    groups = economics.rule_file(CONFIG)["groups"]
+    # layer 1 from the raw series, layer 2 from layer 1 (each against a fresh Prometheus over the data so far)
+    for layer in (groups[:1], groups[1:2]):
+        with run_prometheus(work / f"prom-{layer[0]['name']}", data_dir=data) as prom:
+            _backfill_rules(prom, layer, start, end + 1, work, data)
+    rule_file = work / economics.RULE_FILE_NAME
+    rule_file.write_text(economics.render(CONFIG))
+    with run_prometheus(work / "prom", data_dir=data, rule_files=[rule_file]) as prom:
+        yield Backfilled(prom, end, rule_file)
