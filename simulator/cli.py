@@ -1,4 +1,4 @@
-"""``queuepilot simulate``: run policies over a trace window and report the numbers (JSON + plots).
+"""queuepilot simulate: run policies over a trace window and report the numbers (JSON + plots).
 
 Examples::
 
@@ -6,7 +6,8 @@ Examples::
         --policies queuepilot,ray-idle,kueue-quota --gpu-failure-rate 0.02 --seed 1 --json out.json --out out/
     queuepilot simulate --trace synthetic --hours 48 --policies all
 
-Every flag can also be set as ``QUEUEPILOT_<FLAG>`` (e.g. ``QUEUEPILOT_SEED=3``).
+Every flag can also be set as QUEUEPILOT_<FLAG> (e.g. QUEUEPILOT_SEED=3; on/off flags take
+1/true/yes/on or 0/false/no/off).  Bad input is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from servicekit.argtypes import count, positive_seconds
+from servicekit.envflags import EnvError, HelpFormatter, apply_env
 from simulator.engine import POLICIES, Engine, SimConfig, run_policies
 from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
 
@@ -35,31 +40,57 @@ def default_trace() -> Path:
     return shared / "traces" / "philly-pollux" / "philly.csv"
 
 
-def _env(name: str, default: Any) -> Any:
-    return os.environ.get("QUEUEPILOT_" + name.upper().replace("-", "_"), default)
+def _number(text: str, *, allow_zero: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise argparse.ArgumentTypeError(f"must be a finite number {'>=' if allow_zero else '>'} 0, got {text}")
+    return value
+
+
+def non_negative_rate(text: str) -> float:
+    return _number(text, allow_zero=True)
+
+
+def positive_hours(text: str) -> float:
+    return _number(text, allow_zero=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="queuepilot simulate", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", default=_env("trace", str(default_trace())),
+                                formatter_class=HelpFormatter)
+    p.add_argument("--trace", default=str(default_trace()),
                    help="a Philly-format CSV (timestamp,duration,num_gpus,gpu_time,cluster) or 'synthetic'")
-    p.add_argument("--start", default=_env("start", DEFAULT_START),
+    p.add_argument("--start", default=DEFAULT_START,
                    help="window start (ISO date/time in the trace's clock; ignored for synthetic)")
-    p.add_argument("--hours", type=float, default=float(_env("hours", 24.0)), help="window length in hours")
-    p.add_argument("--policies", default=_env("policies", ",".join(POLICIES)),
+    p.add_argument("--hours", type=positive_hours, default=24.0, help="window length in hours")
+    p.add_argument("--policies", default=",".join(POLICIES),
                    help=f"comma-separated, or 'all': {', '.join(POLICIES)}")
-    p.add_argument("--gpu-failure-rate", type=float, default=float(_env("gpu_failure_rate", 0.0)),
+    p.add_argument("--gpu-failure-rate", type=non_negative_rate, default=0.0,
                    help="injected GPU failures per GPU per day (repaired after ~6 h)")
-    p.add_argument("--seed", type=int, default=int(_env("seed", 0)))
-    p.add_argument("--nodes", type=int, default=int(_env("nodes", SimConfig().nodes)), help="8-GPU nodes")
-    p.add_argument("--control-interval", type=float, default=float(_env("control_interval", SimConfig().control_interval_s)),
-                   help="seconds between scaling decisions")
-    p.add_argument("--json", default=_env("json", None), help="write the per-policy results here")
-    p.add_argument("--out", default=_env("out", None), help="write timelines (CSV) and plots (PNG) here")
-    p.add_argument("--no-progress", action="store_true", default=bool(_env("no_progress", "")),
-                   help="no progress bar")
+    p.add_argument("--seed", type=int, default=0, help="seed of everything random")
+    p.add_argument("--nodes", type=count(1, 100_000), default=SimConfig().nodes, help="8-GPU nodes")
+    p.add_argument("--control-interval", type=positive_seconds, default=SimConfig().control_interval_s,
+                   help="seconds between scaling decisions (the controller's resync)")
+    p.add_argument("--json", default=None, help="write the per-policy results here (default: stdout)")
+    p.add_argument("--out", default=None, help="write timelines (CSV) and plots (PNG) into this directory")
+    p.add_argument("--no-progress", action="store_true", default=False, help="no progress bar")
     return p
+
+
+def check_writable(path: Path, *, directory: bool) -> None:
+    """Fail before the run, not after it: create ``path`` (a directory) or its parent, and write a probe."""
+    where = path if directory else path.parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".queuepilot-probe-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write to {where}: {e.strerror or e}") from None
+    if not directory and path.is_dir():
+        raise ValueError(f"{path} is a directory, not a file")
 
 
 def parse_policies(text: str) -> list[str]:
@@ -78,7 +109,16 @@ def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int) 
     path = Path(trace)
     if not path.is_file():
         raise FileNotFoundError(f"trace not found: {path} (set QUEUEPILOT_SHARED or pass --trace)")
-    return load_philly(path, parse_start(start), hours, seed, max_gpus)
+    try:
+        begin = parse_start(start)
+    except ValueError:
+        raise ValueError(f"--start {start!r} is not an ISO date/time (e.g. 2017-10-03 or 2017-10-03T08:00)") from None
+    window = load_philly(path, begin, hours, seed, max_gpus)
+    first, last = window.trace_range
+    if first is not None and last is not None and not first <= begin <= last:
+        raise ValueError(f"--start {start} is outside the trace, which runs from {first:%Y-%m-%d %H:%M} "
+                         f"to {last:%Y-%m-%d %H:%M}")
+    return window
 
 
 def results(engines: dict[str, Engine], meta: dict[str, Any]) -> dict[str, Any]:
@@ -86,12 +126,19 @@ def results(engines: dict[str, Engine], meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    try:
+        apply_env(parser)
+    except EnvError as e:
+        parser.error(str(e))
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         policies = parse_policies(args.policies)
-        if args.hours <= 0:
-            raise ValueError("--hours must be > 0")
+        if args.out:
+            check_writable(Path(args.out), directory=True)
+        if args.json:
+            check_writable(Path(args.json), directory=False)
         cfg = replace(SimConfig(), nodes=args.nodes, gpu_failure_rate=args.gpu_failure_rate, seed=args.seed,
                       control_interval_s=args.control_interval)
         window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node)

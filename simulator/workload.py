@@ -96,6 +96,7 @@ class TraceWindow:
     start: datetime
     hours: float
     dropped_too_large: int  # jobs asking more GPUs than the simulated cluster has
+    trace_range: tuple[datetime | None, datetime | None] = (None, None)  # first and last submission in the file
 
 
 def parse_start(text: str) -> datetime:
@@ -106,6 +107,8 @@ def load_philly(path: Path, start: datetime, hours: float, seed: int, max_gpus: 
     """Jobs of ``philly.csv`` submitted in [start, start + hours), sorted by submit time."""
     end = start + timedelta(hours=hours)
     rows: list[tuple[datetime, float, int, str]] = []
+    first: datetime | None = None
+    last: datetime | None = None
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         missing = {"timestamp", "duration", "num_gpus", "cluster"} - set(reader.fieldnames or ())
@@ -118,6 +121,8 @@ def load_philly(path: Path, start: datetime, hours: float, seed: int, max_gpus: 
                 gpus = int(float(r["num_gpus"]))
             except (TypeError, ValueError) as e:
                 raise ValueError(f"{path}:{lineno}: bad row {r!r}: {e}") from e
+            first = ts if first is None or ts < first else first
+            last = ts if last is None or ts > last else last
             if start <= ts < end and gpus > 0 and dur > 0:
                 rows.append((ts, dur, gpus, r["cluster"]))
     rows.sort(key=lambda x: (x[0], x[3], x[1], x[2]))
@@ -132,7 +137,7 @@ def load_philly(path: Path, start: datetime, hours: float, seed: int, max_gpus: 
             continue
         jobs.append(Job(len(jobs), team_of(vc), (ts - start).total_seconds(), dur, gpus, util,
                         tail if gpus == 1 else 0.0))
-    return TraceWindow(tuple(jobs), start, hours, dropped)
+    return TraceWindow(tuple(jobs), start, hours, dropped, (first, last))
 
 
 # ------------------------------------------------------------------------------------ synthetic

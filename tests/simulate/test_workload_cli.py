@@ -92,3 +92,51 @@ def test_simulate_writes_plots_and_rejects_bad_input(tmp_path, capsys):
     assert main(["--trace", "synthetic", "--policies", "nope", "--no-progress"]) == 2
     assert "unknown policies" in capsys.readouterr().err
     assert main(["--trace", str(tmp_path / "missing.csv"), "--no-progress"]) == 2
+
+
+def test_simulate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, shared_dir, monkeypatch):
+    """Each bad input is refused before any simulation runs (a zero control interval used to hang)."""
+    trace = str(shared_dir / "traces" / "philly-pollux" / "philly.csv")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cases = [
+        (["--control-interval", "0"], "--control-interval"),
+        (["--control-interval", "-5"], "--control-interval"),
+        (["--nodes", "0"], "--nodes"),
+        (["--gpu-failure-rate", "-0.1"], "--gpu-failure-rate"),
+        (["--hours", "0"], "--hours"),
+        (["--trace", trace, "--start", "2030-01-01"], "outside the trace, which runs from 2017-"),
+        (["--trace", trace, "--start", "soon"], "not an ISO date"),
+        (["--out", str(blocker / "sub")], "cannot write to"),
+        (["--json", str(blocker / "r.json")], "cannot write to"),
+    ]
+    for args, needle in cases:
+        try:
+            rc = main(["--trace", "synthetic", "--no-progress", *args])
+        except SystemExit as e:  # argparse usage errors
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 2, (args, err)
+        assert needle in err and "Traceback" not in err, (args, err)
+    monkeypatch.setenv("QUEUEPILOT_SEED", "three")
+    with pytest.raises(SystemExit) as exc:
+        main(["--trace", "synthetic"])
+    assert exc.value.code == 2 and "QUEUEPILOT_SEED" in capsys.readouterr().err
+
+
+def test_environment_booleans_parse_false_as_false(monkeypatch):
+    from servicekit.envflags import apply_env
+    from simulator.cli import build_parser
+
+    for raw, expected in (("0", False), ("false", False), ("no", False), ("1", True), ("yes", True)):
+        parser = build_parser()
+        apply_env(parser, {"QUEUEPILOT_NO_PROGRESS": raw})
+        assert parser.parse_args([]).no_progress is expected, raw
+
+
+def test_simulate_help_shows_defaults(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert exc.value.code == 0
+    assert "(default: 30.0)" in out and "(default: 112)" in out and "``" not in out
