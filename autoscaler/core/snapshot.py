@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, TypeVar
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -31,12 +31,16 @@ CHECK_REJECTED = "Rejected"
 ResourceMap = Mapping[str, float]
 
 
-def frozen_map(d: Mapping[str, object] | None = None) -> Mapping:
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def frozen_map(d: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
     """A read-only mapping (dataclass fields must not be mutated after the snapshot is built)."""
     return MappingProxyType(dict(d or {}))
 
 
-def _empty() -> Mapping:
+def _empty() -> Mapping[_K, _V]:
     return MappingProxyType({})
 
 

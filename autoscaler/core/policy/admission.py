@@ -111,7 +111,7 @@ def our_pending_checks(wl: WorkloadState, snapshot: ClusterSnapshot, controller_
     return tuple(out)
 
 
-def _order_key(wl: WorkloadState) -> tuple:
+def _order_key(wl: WorkloadState) -> tuple[int, float, str]:
     t = wl.quota_reserved_at if wl.quota_reserved_at is not None else float("inf")
     return (-wl.priority, t, wl.key)
 
@@ -140,11 +140,16 @@ def _blocks(blocks: list[int]) -> str:
     return shown or "none"
 
 
-def _decision(wl: WorkloadState, check: str, state: str | None, reason: str, message: str, **kw) -> AdmissionDecision:
+def _decision(
+    wl: WorkloadState, check: str, state: str | None, reason: str, message: str, *,
+    requeue_after_seconds: int | None = None, placement: Mapping[str, Mapping[str, int]] | None = None,
+    infeasible: tuple[str, ...] = (),
+) -> AdmissionDecision:
     return AdmissionDecision(
         workload=wl.key, namespace=wl.namespace, name=wl.name, uid=wl.uid, resource_version=wl.resource_version,
         cluster_queue=wl.cluster_queue, check=check, state=state, reason=reason, message=message[:1024],
-        quota_reserved_at=wl.quota_reserved_at, **kw,
+        quota_reserved_at=wl.quota_reserved_at, requeue_after_seconds=requeue_after_seconds,
+        placement=frozen_map() if placement is None else placement, infeasible=infeasible,
     )
 
 
@@ -336,7 +341,8 @@ def decide_admissions(
     todo = sorted((wl for wl in snapshot.workloads.values() if eligible(wl)), key=_order_key)
     # new promises are added to the ledger in one go (``cap`` already counts them); a workload
     # decided again in this pass (a second check of ours) first sees its own promise
-    promises: list = []
+    promises: list[tuple[str, str, Mapping[str, Mapping[str, int]], float, Mapping[str, Mapping[str, int]] | None]]
+    promises = []
     promised_keys: set[str] = set()
     for wl in todo:
         for check in our_pending_checks(wl, snapshot, config.controller_name):

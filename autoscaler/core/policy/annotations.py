@@ -46,22 +46,33 @@ from autoscaler.core.snapshot import AUTOSCALE_ANNOTATION
 
 PREFIX = "queuepilot.io/"
 
-Parser = Callable[[str, ScalingDefaults], object]
+# Applies one annotation value to the policy so far; raises ValueError when the value is malformed
+# (the dataclass's own checks catch values that parse but do not fit, e.g. a window past its limit).
+Setter = Callable[[str, ScalingDefaults], ScalingDefaults]
 
-# annotation -> (field, parser(value, current policy)); each parser raises ValueError for a bad value
-_FIELDS: dict[str, tuple[str, Parser]] = {
-    PREFIX + "target-gpu-utilization": ("target_gpu_utilization", lambda v, _: parse_ratio(v)),
-    PREFIX + "idle-gpu-utilization": ("idle_gpu_utilization", lambda v, _: parse_ratio(v)),
-    PREFIX + "idle-window": ("idle_window_seconds", lambda v, _: parse_duration(v)),
-    PREFIX + "pressured-idle-window": ("pressured_idle_window_seconds", lambda v, _: parse_duration(v)),
-    PREFIX + "queue-pressure-wait": ("queue_pressure_wait_seconds", lambda v, _: parse_duration(v)),
-    PREFIX + "target-cpu-utilization": ("target_cpu_utilization", lambda v, _: parse_ratio(v)),
-    PREFIX + "target-memory-utilization": ("target_memory_utilization", lambda v, _: parse_ratio(v)),
-    PREFIX + "idle-cpu-utilization": ("idle_cpu_utilization", lambda v, _: parse_ratio(v)),
-    PREFIX + "tolerance": ("tolerance", lambda v, _: parse_fraction(v)),
-    PREFIX + "scale-up-policy": ("scale_up", lambda v, p: parse_rules(v, p.scale_up)),
-    PREFIX + "scale-down-policy": ("scale_down", lambda v, p: parse_rules(v, p.scale_down)),
-    PREFIX + "reclaim-idle-actors": ("reclaim_idle_actors", lambda v, _: parse_bool(v)),
+# annotation -> (the field it sets, for the warning; how it sets it)
+_FIELDS: dict[str, tuple[str, Setter]] = {
+    PREFIX + "target-gpu-utilization": (
+        "target_gpu_utilization", lambda v, p: replace(p, target_gpu_utilization=parse_ratio(v))),
+    PREFIX + "idle-gpu-utilization": (
+        "idle_gpu_utilization", lambda v, p: replace(p, idle_gpu_utilization=parse_ratio(v))),
+    PREFIX + "idle-window": (
+        "idle_window_seconds", lambda v, p: replace(p, idle_window_seconds=parse_duration(v))),
+    PREFIX + "pressured-idle-window": (
+        "pressured_idle_window_seconds", lambda v, p: replace(p, pressured_idle_window_seconds=parse_duration(v))),
+    PREFIX + "queue-pressure-wait": (
+        "queue_pressure_wait_seconds", lambda v, p: replace(p, queue_pressure_wait_seconds=parse_duration(v))),
+    PREFIX + "target-cpu-utilization": (
+        "target_cpu_utilization", lambda v, p: replace(p, target_cpu_utilization=parse_ratio(v))),
+    PREFIX + "target-memory-utilization": (
+        "target_memory_utilization", lambda v, p: replace(p, target_memory_utilization=parse_ratio(v))),
+    PREFIX + "idle-cpu-utilization": (
+        "idle_cpu_utilization", lambda v, p: replace(p, idle_cpu_utilization=parse_ratio(v))),
+    PREFIX + "tolerance": ("tolerance", lambda v, p: replace(p, tolerance=parse_fraction(v))),
+    PREFIX + "scale-up-policy": ("scale_up", lambda v, p: replace(p, scale_up=parse_rules(v, p.scale_up))),
+    PREFIX + "scale-down-policy": ("scale_down", lambda v, p: replace(p, scale_down=parse_rules(v, p.scale_down))),
+    PREFIX + "reclaim-idle-actors": (
+        "reclaim_idle_actors", lambda v, p: replace(p, reclaim_idle_actors=parse_bool(v))),
 }
 KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *_FIELDS})
 
@@ -89,9 +100,9 @@ def policy_from_annotations(
             warnings.append(f"unknown annotation {key[:128]}={brief_repr(raw)} ignored "
                             f"(known: {', '.join(sorted(_FIELDS))})")
             continue
-        name, parse = spec
+        name, apply = spec
         try:
-            policy = replace(policy, **{name: parse(str(raw), policy)})
+            policy = apply(str(raw), policy)
         except (ValueError, TypeError, ArithmeticError) as e:
             current = getattr(policy, name)
             shown = repr(format_rules(current)) if isinstance(current, ScalingRules) else brief_repr(current)

@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeGuard, TypeVar
 
 from autoscaler.core.policy.behavior import (
     DEFAULT_SCALE_DOWN,
@@ -186,17 +186,21 @@ def format_rules(rules: ScalingRules) -> str:
     return f"{policies};select={rules.select_policy};window={rules.stabilization_window_seconds}s"
 
 
+_SELECT: dict[str, SelectPolicy] = {"Max": "Max", "Min": "Min", "Disabled": "Disabled"}
+_POLICY_TYPES: dict[str, PolicyType] = {"Pods": "Pods", "Percent": "Percent"}
+
+
 def _select(value: object) -> SelectPolicy:
-    text = str(value).strip().capitalize() if isinstance(value, str) else ""
-    if text == "Max" or text == "Min" or text == "Disabled":
-        return text
+    found = _SELECT.get(value.strip().capitalize()) if isinstance(value, str) else None
+    if found is not None:
+        return found
     raise ValueError(f"selectPolicy must be Max, Min or Disabled, not {brief_repr(value)}")
 
 
 def _policy_type(value: object) -> PolicyType:
-    text = str(value).strip().capitalize() if isinstance(value, str) else ""
-    if text == "Pods" or text == "Percent":
-        return text
+    found = _POLICY_TYPES.get(value.strip().capitalize()) if isinstance(value, str) else None
+    if found is not None:
+        return found
     raise ValueError(f"policy type must be Pods or Percent, not {brief_repr(value)}")
 
 
@@ -287,12 +291,12 @@ class ScalingDefaults:
             raise ValueError(f"scaling.reclaim_idle_actors must be true or false, not {brief_repr(self.reclaim_idle_actors)}")
 
 
-def _is_number(v: object) -> bool:
+def _is_number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _check_duration_field(section: str, name: str, v: object) -> None:
-    if not _is_number(v) or not 0 <= v <= MAX_DURATION_SECONDS:  # type: ignore[operator]
+    if not _is_number(v) or not 0 <= v <= MAX_DURATION_SECONDS:
         raise ValueError(f"{section}.{name.removesuffix(_DURATION_SUFFIX)} must be a duration in [0s, 30 days], "
                          f"got {brief_repr(v)}")
 
@@ -311,7 +315,7 @@ def _from_section(cls: type[_Section], section: object, name: str) -> _Section:
     if not isinstance(section, Mapping):
         raise ValueError(f"config section {name!r} must be a mapping")
     names = {f.name for f in fields(cls)}
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}  # field -> value of that field's type (checked by the dataclass)
     for key, raw in section.items():
         k = str(key).replace("-", "_")
         try:

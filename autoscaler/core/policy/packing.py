@@ -94,6 +94,15 @@ def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+@dataclass(slots=True)
+class _Room:
+    """One node's free room while packing (mutable: a pack takes from it and gives it back)."""
+
+    gpus: int
+    cpu: float | None  # None: unknown, not checked
+    memory: float | None
+
+
 class FreeBins:
     """Free room on a set of nodes, kept in buckets by free GPUs (names sorted in each bucket), so
     that many workloads can be packed one after another (``pack``), each promise lowering the
@@ -105,16 +114,16 @@ class FreeBins:
     __slots__ = ("_buckets", "_free", "_labels")
 
     def __init__(self, bins: Iterable[Bin]) -> None:
-        self._free: dict[str, list] = {}  # node -> [gpus, cpu | None, memory | None]
+        self._free: dict[str, _Room] = {}  # node -> its free room now
         self._labels: dict[str, Mapping[str, str]] = {}
         for b in bins:
             if b.gpus > 0 or b.node not in self._free:
-                self._free[b.node] = [b.gpus, b.cpu, b.memory]
+                self._free[b.node] = _Room(b.gpus, b.cpu, b.memory)
                 self._labels[b.node] = b.labels
         self._buckets: dict[int, list[str]] = {}
         for n in sorted(self._free):
-            if self._free[n][0] > 0:
-                self._buckets.setdefault(self._free[n][0], []).append(n)
+            if self._free[n].gpus > 0:
+                self._buckets.setdefault(self._free[n].gpus, []).append(n)
 
     def __contains__(self, node: object) -> bool:
         return node in self._free
@@ -128,9 +137,9 @@ class FreeBins:
 
     def _set_gpus(self, node: str, gpus: int) -> None:
         slot = self._free[node]
-        if slot[0] > 0:
-            self._buckets[slot[0]].remove(node)
-        slot[0] = gpus
+        if slot.gpus > 0:
+            self._buckets[slot.gpus].remove(node)
+        slot.gpus = gpus
         if gpus > 0:
             insort(self._buckets.setdefault(gpus, []), node)
 
@@ -138,12 +147,12 @@ class FreeBins:
         """A promise of ``gpus`` on ``node``: its free GPUs drop (not below 0); CPU and memory stay."""
         slot = self._free.get(node)
         if slot is not None:
-            self._set_gpus(node, max(0, slot[0] - gpus))
+            self._set_gpus(node, max(0, slot.gpus - gpus))
 
     def _best(self, s: PodShape) -> str | None:
         for size in sorted(k for k, v in self._buckets.items() if k >= s.gpus and v):
             for n in self._buckets[size]:
-                _g, c, m = self._free[n]
+                c, m = self._free[n].cpu, self._free[n].memory
                 if c is not None and c < s.cpu:
                     continue
                 if m is not None and m < s.memory:
@@ -172,19 +181,19 @@ class FreeBins:
                         unplaced[s.pod_set] = unplaced.get(s.pod_set, 0) + s.count - i
                         break
                     slot = self._free[best]
-                    undo.append((best, slot[0], slot[1], slot[2]))
-                    self._set_gpus(best, slot[0] - s.gpus)
-                    if slot[1] is not None:
-                        slot[1] -= s.cpu
-                    if slot[2] is not None:
-                        slot[2] -= s.memory
+                    undo.append((best, slot.gpus, slot.cpu, slot.memory))
+                    self._set_gpus(best, slot.gpus - s.gpus)
+                    if slot.cpu is not None:
+                        slot.cpu -= s.cpu
+                    if slot.memory is not None:
+                        slot.memory -= s.memory
                     ps = placement.setdefault(s.pod_set, {})
                     ps[best] = ps.get(best, 0) + s.gpus
         finally:
             for node, g, c, m in reversed(undo):
                 self._set_gpus(node, g)
-                self._free[node][1] = c
-                self._free[node][2] = m
+                self._free[node].cpu = c
+                self._free[node].memory = m
         return PackResult(
             placement=frozen_map({k: frozen_map(v) for k, v in placement.items()}),
             unplaced=frozen_map(unplaced),

@@ -369,7 +369,7 @@ class WaitingIndex(Sequence[Waiting]):
     instead of O(N x n).  A read-only sequence of its entries."""
 
     entries: tuple[Waiting, ...]
-    index: PressureIndex = field(compare=False, repr=False)
+    pressure_index: PressureIndex = field(compare=False, repr=False)
 
     @classmethod
     def of(cls, waiting: Sequence[Waiting]) -> WaitingIndex:
@@ -422,7 +422,7 @@ def queue_pressure(
 def _pressure(waiting: WaitingIndex, cluster: RayClusterState, wait_seconds: float) -> str:
     if not waiting:
         return ""
-    index = waiting.index
+    index = waiting.pressure_index
     # others = the waiting workloads past the threshold that are not in the cluster's own group:
     # its ClusterQueue, or (a cluster outside Kueue) its namespace
     if cluster.cluster_queue is not None:
