@@ -1,8 +1,10 @@
 """Exporter benchmark: scrape latency under concurrent scrapes, CPU per collection cycle, RSS.
 
 For 8 and 64 simulated GPUs (half allocated to pods), each beside the floor: the same series in a
-plain ``prometheus_client`` registry of Gauges rendered by ``generate_latest``.  Each server runs
-in its own process (so RSS and CPU are its own); this process is the load generator.
+plain ``prometheus_client`` registry of Gauges rendered by ``generate_latest``; and the ``nvml``
+source (with GPM) over the test suite's fake ``libnvidia-ml.so.1``, so the RSS of the real NVML
+path (pynvml, ctypes, GPM samples) is measured too.  Each server runs in its own process (so RSS and
+CPU are its own); this process is the load generator.
 
     .venv/bin/python benchmarks/exporter_bench.py [--clients 8] [--requests 100] [--out benchmarks/results/exporter.md]
 
@@ -28,6 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 T0 = 1_700_000_000.0
+FAKE_MAX_GPUS = 16  # tests/nvml/fake_nvml.c MAX_GPUS
 
 
 # --- server side (a child process) ----------------------------------------------------------------
@@ -59,7 +62,23 @@ async def _serve(mode: str, gpus: int) -> None:
     from exporter.sources.sim import SimSource
 
     source = SimSource("bench-node", gpus=gpus, fault_script=())
-    if mode == "exporter":
+    if mode == "nvml":
+        import ctypes
+
+        import pynvml
+
+        from exporter.sources.nvml import NvmlSource
+
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from nvml_latency import build_fake
+
+        lib, control = build_fake(gpus)
+        os.environ["FAKE_NVML_CONTROL"] = str(control)
+        pynvml.nvmlLib = ctypes.CDLL(str(lib))
+        app = ExporterApp(NvmlSource("bench-node"), listen="127.0.0.1:0", interval=10.0, pod_resources_socket=None)
+        await app.start()
+        port = app.port
+    elif mode == "exporter":
         app = ExporterApp(source, listen="127.0.0.1:0", interval=10.0)
         await app.start()
         port = app.port
@@ -201,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles", type=int, default=200, help="collection cycles measured for CPU")
     p.add_argument("--gpus", type=int, nargs="*", default=[8, 64])
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "exporter.md")
-    p.add_argument("--serve", choices=("exporter", "floor"), help=argparse.SUPPRESS)
+    p.add_argument("--serve", choices=("exporter", "floor", "nvml"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve:
         asyncio.run(_serve(args.serve, args.gpus[0]))
@@ -213,8 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for gpus in args.gpus:
         ours_cpu, floor_cpu = cycle_cpu(gpus, args.cycles)
-        for mode, cpu_cycle in (("queuepilot", ours_cpu), ("floor (generate_latest)", floor_cpu)):
-            r = scrape("exporter" if mode.startswith("queuepilot") else "floor", gpus, args.clients, args.requests)
+        for mode, server, cpu_cycle in (
+            ("queuepilot (sim)", "exporter", ours_cpu),
+            ("floor (generate_latest)", "floor", floor_cpu),
+            ("queuepilot (nvml + GPM, fake library)", "nvml", None),
+        ):
+            if server == "nvml" and gpus > FAKE_MAX_GPUS:
+                continue
+            r = scrape(server, gpus, args.clients, args.requests)
             rows.append((gpus, mode, r, cpu_cycle))
 
     headers = ["GPUs", "server", "scrape p50 ms", "scrape p99 ms", "server CPU ms / scrape", "CPU ms / collection cycle",
@@ -225,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for gpus, mode, r, cpu_cycle in rows:
         cells = [str(gpus), mode, f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['cpu_ms_per_scrape']:.2f}",
-                 f"{cpu_cycle * 1000:.2f}", f"{r['rss_mib']:.1f}", f"{r['bytes'] / 1024:.0f}"]
+                 "–" if cpu_cycle is None else f"{cpu_cycle * 1000:.2f}", f"{r['rss_mib']:.1f}", f"{r['bytes'] / 1024:.0f}"]
         table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
     Console(width=150).print(table)
@@ -246,7 +271,10 @@ fleet with half the GPUs allocated to pods (two GPUs per pod).  "floor" is the s
   publish) plus the one-time build and formatting of the families that the first scrape after a publish does;
   floor = the same sim sample written into the Gauges' cached children with `.set()` (its formatting is paid
   on every scrape instead).
-- *RSS*: the server process after the load.
+  For the nvml source see `benchmarks/results/nvml-latency-fake.md` (a whole collection, per GPU).
+- *RSS*: the server process after the load (target: at most 60 MiB for 8 GPUs).  The nvml rows load the
+  real nvidia-ml-py over the fake library, with GPM on every GPU and two MIG instances on the last one (the
+  fake has at most 16 GPUs, so there is no 64-GPU nvml row).
 
 {chr(10).join(lines)}
 

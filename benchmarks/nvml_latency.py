@@ -11,9 +11,11 @@ Against the test suite's fake library (any machine with gcc; it is compiled into
 
 or ``--library PATH`` for a given library file.  The per-cycle reads are the source's own table
 (``exporter.sources.nvml_reads``), so the rows are exactly the calls a collection makes, with the
-same fallbacks for symbols an older driver lacks.  The last rows time one whole
-``NvmlSource.collect`` (all GPUs, in its worker thread) and one non-blocking event poll.
-Numbers are reported, never asserted.
+same fallbacks for symbols an older driver lacks; the GPM rows time the source's own GPM stream
+(``exporter.sources.nvml_gpm``: one sample and one metrics call per device and MIG instance per
+collection).  The last rows time one whole ``NvmlSource.collect`` (all GPUs with GPM, in its
+worker thread; target: under 5 ms per GPU) and one non-blocking event poll.  Numbers are
+reported, never asserted.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ sys.path.insert(0, str(REPO))
 import pynvml  # noqa: E402  (benchmarks are outside the import-linter packages)
 
 from exporter.sources.nvml import NvmlSource  # noqa: E402
+from exporter.sources.nvml_gpm import GPM_FIELDS, GpmStream  # noqa: E402
 from exporter.sources.nvml_reads import GPU_READS, MIG_READS, STATIC_SYMBOLS, Read  # noqa: E402
 
 FAKE_SRC = REPO / "tests" / "nvml" / "fake_nvml.c"
@@ -65,11 +68,17 @@ def build_fake(gpus: int) -> tuple[Path, Path]:
     )
     control = d / "control"
     last = gpus - 1  # the last GPU in MIG mode with two instances, so the MIG path is timed too
-    control.write_text(
-        f"gpus {gpus}\ngpu {last} mig_mode 1\n"
-        f"mig {last} 0 1 1g.10gb MIG-bench-1 {10 << 30} {1 << 30}\n"
-        f"mig {last} 1 2 1g.10gb MIG-bench-2 {10 << 30} {2 << 30}\n"
-    )
+    lines = [
+        f"gpus {gpus}",
+        f"gpu {last} mig_mode 1",
+        f"mig {last} 0 1 1g.10gb MIG-bench-1 {10 << 30} {1 << 30}",
+        f"mig {last} 1 2 1g.10gb MIG-bench-2 {10 << 30} {2 << 30}",
+    ]
+    for i in range(gpus):  # every GPU answers every GPM metric the source reads (a Hopper fleet)
+        lines.append(f"gpu {i} gpm 1")
+        for gi in (-1, 1, 2) if i == last else (-1,):
+            lines += [f"gpm {i} {gi} {f.metric_id} {10.0 + f.metric_id}" for f in GPM_FIELDS]
+    control.write_text("\n".join(lines) + "\n")
     return lib, control
 
 
@@ -229,6 +238,8 @@ def measure(rounds: int) -> tuple[list[Row], dict[str, str]]:
                 time_call(lambda mh=mh, read=read: read.calls[0](pynvml, mh), samples)
         rows.append((f"{read.symbols[0]} (MIG handle)", ", ".join(read.fields), samples, "no MIG instances"))
 
+    rows += measure_gpm(rounds, handles)
+
     es = pynvml.nvmlEventSetCreate()
     try:
         for h in handles:
@@ -242,6 +253,62 @@ def measure(rounds: int) -> tuple[list[Row], dict[str, str]]:
     finally:
         pynvml.nvmlEventSetFree(es)
     return rows, header
+
+
+def measure_gpm(rounds: int, handles: list[Any]) -> list[Row]:
+    """One GPM sample and one metrics call per device (and MIG GPU instance), as the source makes them."""
+    streams: list[GpmStream] = []
+    note = ""
+    for h in handles:
+        try:
+            if not pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+                note = "GPM not supported"
+                continue
+        except pynvml.NVMLError as e:
+            note = str(e)
+            continue
+        streams.append(GpmStream("bench", h, None))
+        if _mig_enabled(h):
+            for j in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+                if _mig_slot(h, j):
+                    gi = pynvml.nvmlDeviceGetGpuInstanceId(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j))
+                    streams.append(GpmStream("bench-mig", h, int(gi)))
+    device = [s for s in streams if s.gpu_instance_id is None]
+    mig = [s for s in streams if s.gpu_instance_id is not None]
+    sample_dev: list[float] = []
+    sample_mig: list[float] = []
+    metrics: list[float] = []
+    reads: list[float] = []
+    try:
+        for s in streams:
+            s.allocate(pynvml)
+            s.prime(pynvml)
+        for _ in range(rounds):
+            for s in device:
+                time_call(lambda s=s: pynvml.nvmlGpmSampleGet(s.handle, s.spare), sample_dev)
+            for s in mig:
+                time_call(lambda s=s: pynvml.nvmlGpmMigSampleGet(s.handle, s.gpu_instance_id, s.spare), sample_mig)
+            for s in streams:
+                req = s.request
+                req.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+                req.numMetrics = len(GPM_FIELDS)
+                req.sample1, req.sample2 = s.prev, s.spare
+                for i, f in enumerate(GPM_FIELDS):
+                    req.metrics[i].metricId = f.metric_id
+                time_call(lambda req=req: pynvml.nvmlGpmMetricsGet(req), metrics)
+                s.prev, s.spare = s.spare, s.prev
+            for s in streams:
+                time_call(lambda s=s: s.read(pynvml), reads)
+    finally:
+        for s in streams:
+            s.free(pynvml)
+    fields = f"{len(GPM_FIELDS)} DCGM_FI_PROF_* fields"
+    return [
+        ("nvmlGpmSampleGet (per GPU)", "GPM sample", sample_dev, note or "no GPU with GPM"),
+        ("nvmlGpmMigSampleGet (per MIG instance)", "GPM sample", sample_mig, "no MIG instances"),
+        (f"nvmlGpmMetricsGet ({len(GPM_FIELDS)} metrics)", fields, metrics, note or "no GPU with GPM"),
+        ("GpmStream.read (sample + metrics + conversion)", fields, reads, note or "no GPU with GPM"),
+    ]
 
 
 def _mig_enabled(h: Any) -> bool:
@@ -273,7 +340,11 @@ async def measure_collect(rounds: int) -> list[Row]:
             gpus = len(sample.gpus)
     finally:
         await source.close()
-    return [(f"NvmlSource.collect(), {gpus} GPU(s), via asyncio.to_thread", "all of the above", samples, "")]
+    per_gpu = [x / max(gpus, 1) for x in samples]
+    return [
+        (f"NvmlSource.collect(), {gpus} GPU(s) with GPM, via asyncio.to_thread", "all of the above", samples, ""),
+        ("the same, per GPU (target < 5000 µs)", "all of the above", per_gpu, ""),
+    ]
 
 
 if __name__ == "__main__":
