@@ -1,7 +1,7 @@
 """Queue wait as Kueue measures it, plus admission-check time: observed when a workload is admitted.
 
 Kueue's ``kueue_admission_wait_time_seconds`` is ``Admitted.lastTransitionTime - T0`` with
-``T0 = Requeued.lastTransitionTime || creationTimestamp`` (research-kueue.md b).  Ours is the same
+``T0 = Requeued.lastTransitionTime || creationTimestamp`` (Kueue's workload queue-time rule).  Ours is the same
 interval (it includes the time admission checks held the workload); the histogram
 ``queuepilot_queue_wait_seconds`` has buckets past Kueue's 40 960 s top.
 

@@ -1,4 +1,5 @@
-"""HPA ``behavior`` semantics, checked against the formulas of research-traces.md 4a.
+"""HPA ``behavior`` semantics, checked against the formulas of the Kubernetes HPA controller
+(``pkg/controller/podautoscaler/horizontal.go``, restated in ``autoscaler/core/policy/behavior.py``).
 
 Expected numbers are computed by hand from the cited formula in each test, not by the code under test.
 """

@@ -1,7 +1,7 @@
 """HPA-style behavior normalization: stabilize -> rate-limit -> clamp, each step returning (value, reason, message).
 
 The semantics are those of the Kubernetes HPA with ``spec.behavior`` (``autoscaling/v2``,
-``pkg/controller/podautoscaler/horizontal.go``), as summarized in research-traces.md 4a:
+``pkg/controller/podautoscaler/horizontal.go``):
 
 1. **Stabilize** over the recorded (unstabilized) recommendations: the scale-up limit is the *min* of
    the recommendations inside the scale-up window (and the new one), the scale-down limit the *max*
