@@ -7,15 +7,17 @@ is one ``ScalingContext``, built once per pass.  Each group's decision is an ord
 steps (``_decide_group``), each returning (value, reason, message) as ``behavior.normalize``'s
 steps do; the reason of the last step that changed the value is the decision's reason:
 
-1. **Can we touch it?**  Suspended -> ``ClusterSuspended``; Kueue-managed (queue-name label) and not
-   elastic -> ``NotScalableUnderKueue``; no write in either case.
-2. **Are the inputs fresh?**  Ray demand signal stale/missing -> ``RaySignalStale``; GPU signal
+1. **Guards: can we touch it?**  Suspended -> ``ClusterSuspended``; Kueue-managed (queue-name label)
+   and not elastic -> ``NotScalableUnderKueue``; pods named in ``workersToDelete`` still exist ->
+   ``WaitingForWorkerDeletion``; no write in any case.
+2. **Signal freshness.**  Ray demand signal stale/missing -> ``RaySignalStale``; GPU signal
    stale (GPU groups) -> ``GpuSignalStale``; hold (desired = current, no write, idle timers reset).
 3. **Recommendation** (HPA "calculate" step):
    - *pending demand*: Ray's unscheduled bundles (not INFEASIBLE) are assigned to the group that can
      hold them (the ``group`` Ray named, else the smallest worker that fits, CPU-only groups first
      for bundles without GPUs) and packed first-fit-decreasing into new workers of the group's shape
-     (STRICT_SPREAD bundles one per worker; runs of identical bundles are packed at once); workers still starting, and replicas whose pods were never created, absorb that many -> ``current +
+     (STRICT_SPREAD bundles one per worker; runs of identical bundles are packed at once); workers
+     still starting, and replicas whose pods were never created, absorb that many -> ``current +
      ceil(workers / numOfHosts)``, reason ``PendingDemand``.  Bundles no worker can hold, and those
      Ray marks INFEASIBLE, go to ``infeasible``, never to a scale-up;
    - *idle workers*: a Running, ready worker is idle when its GPU utilization (CPU utilization for
@@ -24,26 +26,28 @@ steps do; the reason of the last step that changed the value is the decision's r
      window while another ClusterQueue has a GPU workload waiting longer than
      ``queue_pressure_wait`` -> ``existing pods - removable``, reason ``IdleWorkers`` /
      ``IdleWorkersQueuePressure`` (under pressure the scale-down stabilization window is also cut
-     to the pressured idle window, else the 300 s default would outlast it).  Without queue pressure the HPA utilization rule
-     (``ceil(ready * mean / target)`` outside the tolerance) is a floor, so the remaining workers
+     to the pressured idle window, else the 300 s default would outlast it).  Without queue
+     pressure the HPA utilization rule (``ceil(ready * mean / target)`` outside the tolerance) is a floor, so the remaining workers
      stay under the target (``KeptForUtilizationTarget``).  Multi-host groups (numOfHosts > 1) are
      not scaled down by idleness.  With ``reclaim_idle_actors`` (opt-in; in-tree autoscaler off;
      no pending Ray demand of the cluster fits the group) a GPU worker Ray reports work on also
      counts once its GPU stayed under the threshold for the full idle window -> ``IdleActorsReclaimed``
-     (its actors are killed);
-   - *quota headroom* (Kueue-managed elastic clusters): never more new GPUs than the ClusterQueue
-     can still admit on the group's flavor, cohort borrowing included (``policy.quota``) ->
-     ``QuotaHeadroomLimit`` and an ``infeasible`` entry.
-4. **Behavior** (``behavior.normalize``): stabilization windows, Pods/Percent step limits per
-   period, ``[min, max]``.
-5. **Write**: in-tree autoscaler off -> ``write="replicas"`` with ``workers_to_delete`` naming the
+     (its actors are killed).  Messages name the GPU utilization series when the GPU signal says
+     which one it used (``utilization_source``); decisions never depend on it.
+4. **Headroom** (Kueue-managed elastic clusters): never more new GPUs than the ClusterQueue can
+   still admit on the group's flavor, cohort borrowing included (``policy.quota``) ->
+   ``QuotaHeadroomLimit`` and an ``infeasible`` entry.
+5. **Behaviour normalisation** (``behavior.normalize``): stabilization windows, Pods/Percent step
+   limits per period, ``[min, max]``.
+6. **Write plan**: in-tree autoscaler off -> ``write="replicas"`` with ``workers_to_delete`` naming the
    idlest removable pods (lowest utilization, longest idle); in-tree autoscaler on -> ``write=
    "min_max"``: ``maxReplicas`` is lowered to shed idle workers (Ray's autoscaler then removes
    the extra workers) and restored to the user's value afterwards, capped by quota headroom on
    elastic Kueue clusters; ``minReplicas`` is never raised (Ray scales up for demand itself, and a
    raised min would keep workers Ray considers idle).  A ``workersToDelete`` list whose pods are
    all gone is cleared (``clear_workers_to_delete``); while some still exist the group holds
-   (``WaitingForWorkerDeletion``).
+   (``WaitingForWorkerDeletion``).  After a failed write the caller rolls the history back with
+   ``GroupHistory.rollback``.
 """
 
 from __future__ import annotations
