@@ -1,0 +1,238 @@
+"""``queuepilot report``: which team held how many GPU-hours it did not use, what that cost, and what each
+Ray worker group should request instead, read from Prometheus (the economics recording rules and
+``queuepilot_pod_info``).
+
+Exit status: 0 report written; 1 Prometheus could not be read; 2 bad arguments; 3 the window holds no
+data (the JSON / HTML written then say why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autoscaler.core import rightsizing as rs
+from report import model
+from report.prom import PrometheusClient, ReportError, Series, check_url
+
+EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
+MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11 000 points per series
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """``7d``, ``36h``, ``1w2d``, ``90m`` or a number of seconds."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    elif re.fullmatch(r"(\d+[smhdw])+", text):
+        seconds = float(sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", text)))
+    else:
+        raise ValueError(f"expected a duration like 7d, 36h or 1w2d, got {text!r}")
+    if seconds <= 0:
+        raise ValueError(f"a duration must be positive, got {text!r}")
+    return seconds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="queuepilot report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--prometheus-url", required=True, help="base URL of the Prometheus that holds the history")
+    p.add_argument("--window", default="7d", help="how far back to look (default 7d)")
+    p.add_argument("--end", type=float, default=None, help="end of the window, unix seconds (default: now)")
+    p.add_argument("--step", default=None,
+                   help="seconds between points read (default: the recording rules' evaluation interval)")
+    p.add_argument("--price", action="append", default=[], metavar="FLAVOR_OR_MODEL=USD",
+                   help="USD per GPU-hour for a Kueue flavor or a GPU model name (* for every other GPU); "
+                   "a flavor price wins over a model price; repeatable. Without any, no cost is computed.")
+    p.add_argument("--namespace", default=None, help="report on this namespace only")
+    p.add_argument("--min-history", default="1d",
+                   help="history a worker group needs before it gets a recommendation (default 1d)")
+    p.add_argument("--json", dest="json_file", default=None, metavar="FILE", help="write the report as JSON")
+    p.add_argument("--html", dest="html_file", default=None, metavar="FILE",
+                   help="write the report as one HTML file with its plots embedded")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Prometheus answer")
+    return p
+
+
+@dataclass
+class Report:
+    window_s: float
+    end: float
+    step_s: float
+    namespace: str | None
+    prices: model.Prices
+    teams: list[model.Team]
+    recommendations: list[rs.GroupRecommendation]
+    job_kinds: list[rs.JobKindRecommendation]
+    empty_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "window_s": self.window_s,
+            "end": self.end,
+            "step_s": self.step_s,
+            "namespace": self.namespace,
+            "prices": dict(self.prices.by_key),
+            "empty_reason": self.empty_reason,
+            "teams": [t.to_json() for t in self.teams],
+            "recommendations": [model.recommendation_json(r) for r in self.recommendations],
+            "job_kinds": [model.job_kind_json(r) for r in self.job_kinds],
+        }
+
+
+def _step(requested: float | None, rule_interval: float | None, window: float) -> float:
+    base = requested or rule_interval or 60.0
+    return base * max(1, math.ceil(window / base / MAX_POINTS))
+
+
+async def collect(
+    url: str, window: float, end: float, step: float | None, namespace: str | None, prices: model.Prices,
+    policy: rs.RightsizingPolicy, request_timeout_s: float, progress: Callable[[str], None] = lambda _: None,
+) -> Report:
+    async with aiohttp.ClientSession() as session:
+        prom = PrometheusClient(url, session, request_timeout_s)
+        names = await prom._get("/api/v1/label/__name__/values")
+        progress("metric names")
+        intervals = await prom.rule_intervals()
+        progress("rule intervals")
+        step_s = _step(step, intervals.get(model.GPU_BUSY), window)
+        start = end - window + step_s
+        empty = Report(window, end, step_s, namespace, prices, [], [], [])
+        if model.GPU_BUSY not in (names or []):
+            empty.empty_reason = (
+                f"Prometheus has no {model.GPU_BUSY} series at all: load the economics recording rules "
+                "(alerts/economics.py) and make sure the controller exports queuepilot_pod_info"
+            )
+            return empty
+        alloc_q, used_q = model.team_queries(namespace)
+        pod_alloc_q, pod_active_q = model.pod_queries(namespace)
+
+        async def ranged(expr: str) -> list[Series]:
+            out = await prom.query_range(expr, start, end, step_s)
+            progress(expr.split("(")[0][:40] or expr[:40])
+            return out
+
+        async def instant(expr: str) -> list[Series]:
+            out = await prom.query(expr, end)
+            progress("worker limits")
+            return out
+
+        jobs: list[Awaitable[list[Series]]] = [
+            ranged(alloc_q), ranged(used_q), ranged(pod_alloc_q), ranged(pod_active_q),
+            instant(model.limits_query(namespace)),
+        ]
+        alloc, used, pod_alloc, pod_active, lims = await asyncio.gather(*jobs)
+    team_rows = model.teams(alloc, used, step_s, prices)
+    history = model.pod_history(pod_alloc, pod_active, step_s)
+    report = Report(
+        window, end, step_s, namespace, prices, team_rows,
+        model.recommendations(history, model.limits(lims), policy),
+        model.job_kind_recommendations(history, policy),
+    )
+    if not team_rows:
+        where = f" in namespace {namespace}" if namespace else ""
+        report.empty_reason = (
+            f"no GPU was held by a pod queuepilot knows{where} between {_iso(start - step_s)} and {_iso(end)} "
+            "(the recording rules have no samples in this window)"
+        )
+    return report
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+def _num(v: float | None, fmt: str = "{:,.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def print_tables(report: Report, console: Console) -> None:
+    if report.empty_reason:
+        console.print(f"[bold]No data:[/bold] {report.empty_reason}")
+        return
+    title = f"GPU economics per team, {_iso(report.end - report.window_s)} - {_iso(report.end)}"
+    t = Table(title=title)
+    for col in ("namespace", "LocalQueue", "ClusterQueue", "allocated GPU-h", "used GPU-h", "idle GPU-h", "waste"):
+        t.add_column(col, justify="right" if "GPU" in col or col == "waste" else "left")
+    if report.prices:
+        t.add_column("cost USD", justify="right")
+        t.add_column("effective USD", justify="right")
+    for team in report.teams:
+        row = [team.namespace, team.local_queue or "-", team.cluster_queue or "-", _num(team.allocated_gpu_hours),
+               _num(team.used_gpu_hours), _num(team.idle_gpu_hours), _num(team.waste_ratio, "{:.0%}")]
+        if report.prices:
+            row += [_num(team.cost, "{:,.0f}"), _num(team.effective_cost, "{:,.0f}")]
+        t.add_row(*row)
+    console.print(t)
+    g = Table(title="Worker groups: what to request instead")
+    for col in ("namespace", "RayCluster", "group", "GPUs/worker", "-> GPUs", "-> min", "-> max", "GPU-h saved",
+                "reason"):
+        g.add_column(col)
+    for r in report.recommendations:
+        g.add_row(r.key.namespace, r.key.raycluster, r.key.group, str(r.gpus_per_worker),
+                  _num(r.recommended_gpus_per_worker, "{}"), _num(r.recommended_min_replicas, "{}"),
+                  _num(r.recommended_max_replicas, "{}"), _num(r.saved_gpu_hours), r.reason)
+    console.print(g)
+    if report.job_kinds:
+        j = Table(title="Kueue workloads: GPUs requested vs active per pod")
+        for col in ("namespace", "job kind", "requested", f"active p{rs.RightsizingPolicy().job_percentile * 100:g}",
+                    "-> GPUs", "reason"):
+            j.add_column(col)
+        for k in report.job_kinds:
+            j.add_row(k.namespace, k.job_kind, _num(k.requested_gpus_per_pod, "{}"), _num(k.active_gpus_per_pod, "{}"),
+                      _num(k.recommended_gpus_per_pod, "{}"), k.reason)
+        console.print(j)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    err = Console(stderr=True)
+    try:
+        url = check_url(args.prometheus_url)
+        window = parse_duration(args.window)
+        step = parse_duration(args.step) if args.step else None
+        prices = model.parse_prices(args.price)
+        policy = rs.RightsizingPolicy(min_history_s=parse_duration(args.min_history))
+    except (ReportError, ValueError) as exc:
+        print(f"queuepilot report: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    end = args.end if args.end is not None else time.time()
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err,
+                        transient=True)
+    try:
+        with progress:
+            task = progress.add_task("querying Prometheus", total=7)
+
+            def step_done(what: str) -> None:
+                progress.update(task, advance=1, description=f"read {what}")
+
+            report = asyncio.run(collect(url, window, end, step, args.namespace, prices, policy, args.timeout,
+                                         step_done))
+    except ReportError as exc:
+        print(f"queuepilot report: {exc}", file=sys.stderr)
+        return EXIT_PROMETHEUS
+    print_tables(report, Console(width=max(120, Console().width)))
+    if args.json_file:
+        Path(args.json_file).write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    if args.html_file:
+        from report.html import render_html
+
+        Path(args.html_file).write_text(render_html(report))
+    if report.empty_reason:
+        print(f"queuepilot report: no data: {report.empty_reason}", file=sys.stderr)
+        return EXIT_NO_DATA
+    return EXIT_OK

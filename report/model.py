@@ -1,0 +1,230 @@
+"""What the report computes from the series it read: pure functions, no I/O.
+
+GPU-hours are Riemann sums of range-query points: each point stands for one ``step`` of the window
+(``start = end - window + step``, so the window's ``window / step`` points cover it exactly once).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.core import rightsizing as rs
+from report.prom import Series
+
+# The recording rules the report reads (alerts/economics.py writes them; a test keeps the names equal).
+GPU_BUSY = "pod_gpu:queuepilot_gpu_busy:ratio"
+POD_ALLOCATED = "namespace_pod:queuepilot_gpus_allocated:count"
+POD_ACTIVE = "namespace_pod:queuepilot_gpus_active:sum"
+RAY_WORKERS = "queuepilot_raycluster_workers"
+DEFAULT_PRICE_KEY = "*"
+
+TEAM_KEYS = ("namespace", "local_queue", "cluster_queue")
+PRICE_KEYS = ("flavor", "modelName")
+
+
+def selector(namespace: str | None, *matchers: str) -> str:
+    parts = [f'namespace="{namespace}"'] if namespace else []
+    parts += [m for m in matchers if m]
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def team_queries(namespace: str | None) -> tuple[str, str]:
+    sel = selector(namespace)
+    by = ", ".join((*TEAM_KEYS, *PRICE_KEYS))
+    return f"count by ({by}) ({GPU_BUSY}{sel})", f"sum by ({by}) ({GPU_BUSY}{sel})"
+
+
+def pod_queries(namespace: str | None) -> tuple[str, str]:
+    sel = selector(namespace)
+    return f"{POD_ALLOCATED}{sel}", f"{POD_ACTIVE}{sel}"
+
+
+def limits_query(namespace: str | None) -> str:
+    sel = selector(namespace, 'kind=~"min|max"')
+    return f"max by (namespace, raycluster, group, kind) ({RAY_WORKERS}{sel})"
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per GPU-hour by Kueue flavor or GPU model name; ``*`` prices every other GPU."""
+
+    by_key: Mapping[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_key)
+
+    def price(self, flavor: str, model: str) -> float | None:
+        for key in (flavor, model, DEFAULT_PRICE_KEY):
+            if key and key in self.by_key:
+                return self.by_key[key]
+        return None
+
+
+def parse_prices(items: Iterable[str]) -> Prices:
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = (s.strip() for s in item.rpartition("="))
+        if not sep or not key:
+            raise ValueError(f"--price expects FLAVOR_OR_MODEL=USD_PER_GPU_HOUR, got {item!r}")
+        try:
+            price = float(value)
+        except ValueError:
+            raise ValueError(f"the price of {key!r} must be a number (USD per GPU-hour), got {value!r}") from None
+        if price < 0:
+            raise ValueError(f"the price of {key!r} must not be negative, got {price}")
+        out[key] = price
+    return Prices(out)
+
+
+@dataclass
+class Team:
+    namespace: str
+    local_queue: str
+    cluster_queue: str
+    allocated_gpu_hours: float = 0.0
+    used_gpu_hours: float = 0.0
+    cost: float | None = None
+    effective_cost: float | None = None
+    unpriced_gpu_hours: float = 0.0
+    # per point in time: (t, allocated GPUs, used GPUs, cost per hour, effective cost per hour)
+    timeline: dict[float, list[float]] = field(default_factory=dict)
+
+    @property
+    def idle_gpu_hours(self) -> float:
+        return max(0.0, self.allocated_gpu_hours - self.used_gpu_hours)
+
+    @property
+    def waste_ratio(self) -> float | None:
+        return self.idle_gpu_hours / self.allocated_gpu_hours if self.allocated_gpu_hours > 0 else None
+
+    def to_json(self) -> dict:
+        return {
+            "namespace": self.namespace,
+            "local_queue": self.local_queue,
+            "cluster_queue": self.cluster_queue,
+            "allocated_gpu_hours": self.allocated_gpu_hours,
+            "used_gpu_hours": self.used_gpu_hours,
+            "idle_gpu_hours": self.idle_gpu_hours,
+            "waste_ratio": self.waste_ratio,
+            "cost": self.cost,
+            "effective_cost": self.effective_cost,
+            "unpriced_gpu_hours": self.unpriced_gpu_hours,
+        }
+
+
+def teams(allocated: Sequence[Series], used: Sequence[Series], step: float, prices: Prices) -> list[Team]:
+    """Per (namespace, LocalQueue, ClusterQueue): GPU-hours allocated / used, cost of both at ``prices``."""
+    hours = step / 3600.0
+    used_by: dict[tuple[str, ...], dict[float, float]] = {
+        tuple(s.labels.get(k, "") for k in (*TEAM_KEYS, *PRICE_KEYS)): dict(s.points) for s in used
+    }
+    out: dict[tuple[str, str, str], Team] = {}
+    for s in allocated:
+        key = tuple(s.labels.get(k, "") for k in (*TEAM_KEYS, *PRICE_KEYS))
+        team_key = (key[0], key[1], key[2])
+        team = out.setdefault(team_key, Team(*team_key))
+        price = prices.price(key[3], key[4]) if prices else None
+        busy = used_by.get(key, {})
+        for t, n in s.points:
+            u = busy.get(t, 0.0)
+            team.allocated_gpu_hours += n * hours
+            team.used_gpu_hours += u * hours
+            row = team.timeline.setdefault(t, [0.0, 0.0, 0.0, 0.0])
+            row[0] += n
+            row[1] += u
+            if price is None:
+                team.unpriced_gpu_hours += n * hours if prices else 0.0
+            else:
+                team.cost = (team.cost or 0.0) + n * price * hours
+                team.effective_cost = (team.effective_cost or 0.0) + u * price * hours
+                row[2] += n * price
+                row[3] += u * price
+    if prices:
+        for team in out.values():
+            if team.cost is None:
+                team.cost = team.effective_cost = 0.0
+    return sorted(out.values(), key=lambda t: (-t.idle_gpu_hours, t.namespace, t.local_queue))
+
+
+@dataclass(frozen=True)
+class PodHistory:
+    groups: dict[rs.GroupKey, list[rs.GroupObservation]]
+    job_kinds: dict[tuple[str, str], list[rs.PodObservation]]
+
+
+def pod_history(allocated: Sequence[Series], active: Sequence[Series], step: float) -> PodHistory:
+    """Worker-group observations (pods of a RayCluster) and job-kind observations (the other pods)."""
+    def key(s: Series) -> tuple[str, str]:
+        return s.labels.get("namespace", ""), s.labels.get("pod", "")
+
+    active_by = {key(s): dict(s.points) for s in active}
+    per_group: dict[rs.GroupKey, dict[float, list[rs.WorkerObservation]]] = defaultdict(lambda: defaultdict(list))
+    jobs: dict[tuple[str, str], list[rs.PodObservation]] = defaultdict(list)
+    for s in allocated:
+        ns, pod = key(s)
+        acts = active_by.get((ns, pod), {})
+        rc, group = s.labels.get("raycluster", ""), s.labels.get("group", "")
+        for t, n in s.points:
+            a = round(acts.get(t, 0.0))
+            if rc:
+                per_group[rs.GroupKey(ns, rc, group)][t].append(rs.WorkerObservation(pod, round(n), a))
+            else:
+                jobs[(ns, s.labels.get("job_kind", "") or "unknown")].append(
+                    rs.PodObservation(t, step, pod, round(n), a))
+    groups = {
+        k: [rs.GroupObservation(t, step, tuple(sorted(ws, key=lambda w: w.pod))) for t, ws in sorted(by_t.items())]
+        for k, by_t in per_group.items()
+    }
+    return PodHistory(groups, dict(jobs))
+
+
+def limits(series: Sequence[Series]) -> dict[rs.GroupKey, dict[str, int]]:
+    out: dict[rs.GroupKey, dict[str, int]] = defaultdict(dict)
+    for s in series:
+        k = rs.GroupKey(s.labels.get("namespace", ""), s.labels.get("raycluster", ""), s.labels.get("group", ""))
+        out[k][s.labels.get("kind", "")] = int(s.points[-1][1])
+    return dict(out)
+
+
+def recommendations(
+    history: PodHistory, current: Mapping[rs.GroupKey, Mapping[str, int]], policy: rs.RightsizingPolicy,
+) -> list[rs.GroupRecommendation]:
+    out = []
+    for k in sorted(history.groups, key=lambda k: (k.namespace, k.raycluster, k.group)):
+        lim = current.get(k, {})
+        out.append(rs.recommend_group(k, history.groups[k], policy, lim.get("min"), lim.get("max")))
+    return sorted(out, key=lambda r: (-r.saved_gpu_hours, -r.observed_idle_gpu_hours, r.key.namespace))
+
+
+def job_kind_recommendations(history: PodHistory, policy: rs.RightsizingPolicy) -> list[rs.JobKindRecommendation]:
+    return [rs.recommend_job_kind(ns, kind, obs, policy) for (ns, kind), obs in sorted(history.job_kinds.items())]
+
+
+def recommendation_json(r: rs.GroupRecommendation) -> dict:
+    return {
+        "namespace": r.key.namespace,
+        "raycluster": r.key.raycluster,
+        "group": r.key.group,
+        "gpus_per_worker": r.gpus_per_worker,
+        "recommended_gpus_per_worker": r.recommended_gpus_per_worker,
+        "recommended_min_replicas": r.recommended_min_replicas,
+        "recommended_max_replicas": r.recommended_max_replicas,
+        "idle_gpu_hours": r.saved_gpu_hours,
+        "observed_idle_gpu_hours": r.observed_idle_gpu_hours,
+        "reason": r.reason,
+        "message": r.message,
+    }
+
+
+def job_kind_json(r: rs.JobKindRecommendation) -> dict:
+    return {
+        "namespace": r.namespace,
+        "job_kind": r.job_kind,
+        "requested_gpus_per_pod": r.requested_gpus_per_pod,
+        "active_gpus_per_pod": r.active_gpus_per_pod,
+        "recommended_gpus_per_pod": r.recommended_gpus_per_pod,
+        "reason": r.reason,
+        "message": r.message,
+    }
