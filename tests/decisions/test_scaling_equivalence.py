@@ -38,6 +38,7 @@ from autoscaler.core.snapshot import (
 )
 from tests.decisions import legacy_scaling as old
 from tests.decisions.builders import NOW, gpu_demand, group, node, ray_cluster, snapshot, worker, workload
+from tests.decisions.test_properties import cluster_st
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PASSES = 4
@@ -271,6 +272,18 @@ def test_same_decisions_on_random_worlds(world, data):
         history[g.name] = (recs, events, idle, user_max, data.draw(st.none() | st.integers(0, 12)))
     step = data.draw(st.sampled_from([15.0, 90.0, 400.0]))
     assert run_with_history(snap, defaults, history, step, shared) == PASSES * len(rc.groups) * rc.opted_in
+
+
+@SETTINGS
+@given(cluster_st(), st.booleans(), st.booleans())
+def test_same_decisions_on_the_property_tests_worlds(cluster_hist, gpu_stale, pressure):
+    """The worlds of ``test_properties.test_scaling_properties`` (one GPU group, random history)."""
+    rc, hist = cluster_hist
+    others = [replace(workload("q", ns="team-b", cq="cq-b", quota_reserved=False), created_at=NOW - 3600)] if pressure else []
+    snap = snapshot(ray=[rc], gpu_age=600 if gpu_stale else 5, workloads=others)
+    history = {g: (h.recommendations, h.scale_events, dict(h.idle_since), h.user_max, h.written_max)
+               for g, h in hist.items()}
+    assert run_with_history(snap, ScalingDefaults(), history, 60.0, shared=False) == PASSES
 
 
 def run_with_history(snap: ClusterSnapshot, defaults: ScalingDefaults, history: Mapping[str, tuple[Any, ...]],
