@@ -144,7 +144,8 @@ class ScalingReconciler:
         changed = self._last.get(d.key) != sig
         self._last[d.key] = sig
         # a dry-run never writes, so its would-be write comes back every pass: report it on change only
-        if not (wrote or changed) or outcome.result in ("conflict", "error"):
+        # not written (refused, or held back after refusals: the writer's WritesFailing Event says so)
+        if not (wrote or changed) or outcome.result in ("conflict", "error") or outcome.detail == "backoff":
             return
         mode = "dry_run" if self.dry_run else "live"
         self.ctx.counters.scale_decisions.labels(namespace=d.namespace, raycluster=d.cluster, group=d.group,

@@ -11,6 +11,7 @@ from autoscaler.act.guard import WRITES_FAILING, BackoffPolicy
 from autoscaler.act.kube_writer import KubeWriter
 from autoscaler.controller.admission import AdmissionReconciler
 from autoscaler.controller.scaling import ScalingReconciler
+from autoscaler.core import reasons as R
 from tests.decisions import kube_world as k
 
 T0 = 100_000.0
@@ -152,6 +153,8 @@ async def test_a_refused_raycluster_patch_is_backed_off(fake_api, world, make_ct
     assert value(ctx, "queuepilot_objects_in_write_backoff", {"resource": "rayclusters"}) == 1
     await rec.events.drain()
     assert len(warnings(fake_api, "rc")) == 1
+    # a scale-up that was never written is not announced as one
+    assert not [e for e in fake_api.list("v1", "Event", "team-a") if e["reason"] == R.PENDING_DEMAND]
     await rec.close()
 
 
