@@ -238,6 +238,9 @@ class Agent:
             "unhealthy_gpus": {
                 g.uuid: g.health.reason for g in (sample.gpus if sample else ()) if not g.health.healthy
             },
+            "unhealthy_gpu_messages": {
+                g.uuid: g.health.message for g in (sample.gpus if sample else ()) if not g.health.healthy
+            },
             "pod_resources_up": self.pod_resources_up if self.pod_resources is not None else None,
             "last_error": None
             if self.last_error is None

@@ -204,7 +204,7 @@ async def test_a_new_last_xid_is_an_event_counted_per_xid(upstream) -> None:
     await source.close()
 
 
-async def test_a_fatal_xid_survives_an_exporter_restart(upstream) -> None:
+async def test_a_fatal_xid_survives_an_exporter_restart(upstream, caplog: pytest.LogCaptureFixture) -> None:
     up, server = upstream
     agent, source, _ = make(server)
     await agent.collect_once()
@@ -225,6 +225,10 @@ async def test_a_fatal_xid_survives_an_exporter_restart(upstream) -> None:
     assert series(text, "queuepilot_gpu_xid_errors") == []  # not an event of this process: not counted
     healthy = {lab["gpu"]: (lab["reason"], v) for lab, v in series(text, "queuepilot_gpu_healthy")}
     assert healthy["0"] == ("FatalXid", 0.0)
+    _, body = agent.status()
+    assert body["unhealthy_gpus"] == {U0: "FatalXid"} and "found at exporter start" in body["unhealthy_gpu_messages"][U0]
+    said = [r.getMessage() for r in caplog.records if "found at exporter start" in r.getMessage()]
+    assert len(said) == 1  # logged once when the verdict changed, not every collection
 
     up.xid0 = 0  # the value clears (the hostengine restarted, or it was cleared)
     state = await agent.collect_once()
