@@ -128,11 +128,7 @@ class ScalingReconciler:
                     outcome = await self.writer.patch_group(d, index[d.group], now)
                 if outcome.result != "written":
                     # not written: keep the new observations, forget the change that did not happen
-                    old = previous.get(d.group, GroupHistory())
-                    new = history[d.group]
-                    history[d.group] = GroupHistory(recommendations=new.recommendations, scale_events=old.scale_events,
-                                                    idle_since=new.idle_since, user_max=new.user_max,
-                                                    written_max=old.written_max)
+                    history[d.group] = history[d.group].rollback(previous.get(d.group, GroupHistory()))
             self.outcomes.append((d, outcome))
             self._explain(d, outcome, ref, now)
         self.history[rc.key] = history
