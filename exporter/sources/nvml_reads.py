@@ -266,7 +266,7 @@ GPU_READS: tuple[Read, ...] = (
     Read("decoder", ("DCGM_FI_DEV_DEC_UTIL",), (_decoder,), ("nvmlDeviceGetDecoderUtilization",)),
 )
 
-# On a MIG instance handle NVML gives memory; utilization needs GPM (not done here).
+# On a MIG instance handle NVML gives memory; its utilization comes from GPM (``nvml_gpm``).
 MIG_READS: tuple[Read, ...] = (MEMORY,)
 
 # Static per-GPU calls made once at start (and after a re-init), for the benchmark table.

@@ -12,6 +12,7 @@ import pytest
 from exporter.agent import Agent
 from exporter.collector import ExporterCollector, new_registry, render_text
 from exporter.podresources.client import PodResourcesClient
+from exporter.sources.base import SourceError
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_gpm import GPM_FIELDS
 from tests.exporter.conftest import FakeKubelet, KubeletServer, pod
@@ -225,3 +226,26 @@ def test_every_gpm_field_is_a_cataloged_dcgm_profiling_family() -> None:
 
     assert PROF == {m.name for m in DCGM_PROF_FAMILIES}
     assert len({f.metric_id for f in GPM_FIELDS}) == len(GPM_FIELDS)
+
+
+async def test_a_driver_reload_frees_and_renews_the_gpm_samples(
+    fake_nvml: FakeNvml, make_source: Callable[..., NvmlSource]
+) -> None:
+    good = "gpus 2\ngpu 0 gpm 1\ngpu 1 gpm 1\ngpm 0 -1 1 30\ngpm 1 -1 1 60\n"
+    fake_nvml.write(good)
+    fake_nvml.load()
+    source = make_source()
+    await source.start()
+    assert [g.fields[ENGINE] for g in (await source.collect(100.0)).gpus] == [0.3, 0.6]
+    assert fake_nvml.gpm_samples_live() == 4
+
+    fake_nvml.write(good + "driver_not_loaded 1\n")
+    for now in (101.0, 102.0):
+        with pytest.raises(SourceError):  # driver_not_loaded: the collection is aborted
+            await source.collect(now)
+    fake_nvml.write(good)
+    back = await source.collect(104.0)  # re-initialised: new streams, primed, so values at once
+    assert [g.fields[ENGINE] for g in back.gpus] == [0.3, 0.6]
+    assert fake_nvml.gpm_samples_live() == 4  # the old session's samples were given back
+    await source.close()
+    assert fake_nvml.gpm_samples_live() == 0
