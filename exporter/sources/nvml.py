@@ -333,10 +333,13 @@ class NvmlSource:
         nv = self._nv
         try:
             values, newly = stream.read(nv)
-        except nv.NVMLError_NotSupported as e:
-            stream.free(nv)  # allocated is empty from now on: never asked again
-            self._count_once(errors, ("gpm", stream.key), "not_supported")
-            self._log_once(("gpm", stream.key), "NVML: %s: GPM sample not supported (%s); DCGM_FI_PROF_* not reported", stream.key, e)
+        except (nv.NVMLError_NotSupported, nv.NVMLError_NoPermission) as e:
+            # allocated is empty from now on: never asked again.  NoPermission: the driver restricts
+            # profiling counters to admin users (NVreg_RestrictProfilingToAdminUsers)
+            stream.free(nv)
+            kind = "not_supported" if isinstance(e, nv.NVMLError_NotSupported) else "no_permission"
+            self._count_once(errors, ("gpm", stream.key), kind)
+            self._log_once(("gpm", stream.key), "NVML: %s: GPM sample refused (%s); DCGM_FI_PROF_* not reported", stream.key, e)
             return
         except self._driver_errors() as e:
             raise _DriverGone(f"GPM: {e}") from None

@@ -73,7 +73,7 @@ class GpmUnsupported(Exception):
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind  # "function_not_found" (the driver has no GPM) or "not_supported"
+        self.kind = kind  # "function_not_found" (the driver has no GPM), "not_supported" or "no_permission"
 
 
 @dataclass(slots=True)
@@ -162,6 +162,10 @@ def device_supported(nv: Any, handle: Any) -> bool:
         raise GpmUnsupported("function_not_found", "the driver has no GPM (R520 or newer needed)") from None
     except nv.NVMLError_NotSupported:
         raise GpmUnsupported("not_supported", "GPM not supported (Hopper or newer needed; not in vGPU guests)") from None
+    except nv.NVMLError_NoPermission:
+        raise GpmUnsupported(
+            "no_permission", "GPM refused: profiling counters restricted to admin users by the driver"
+        ) from None
     if not support.isSupportedDevice:
         raise GpmUnsupported("not_supported", "GPM not supported on this GPU (Hopper or newer needed; not in vGPU guests)")
     return True

@@ -249,3 +249,17 @@ async def test_a_driver_reload_frees_and_renews_the_gpm_samples(
     assert fake_nvml.gpm_samples_live() == 4  # the old session's samples were given back
     await source.close()
     assert fake_nvml.gpm_samples_live() == 0
+
+
+async def test_gpm_refused_for_permission_is_skipped_and_counted_once(
+    fake_nvml: FakeNvml, make_source: Callable[..., NvmlSource]
+) -> None:
+    # a driver that restricts profiling counters to admin users answers NO_PERMISSION (4)
+    fake_nvml.write(control({1: 40.0}, gpus=1, extra="gpu 0 gpm_sample_error 4\n"))
+    fake_nvml.load()
+    source = make_source()
+    await source.start()
+    samples = [await source.collect(float(t)) for t in range(3)]
+    assert all(ENGINE not in s.gpus[0].fields for s in samples)
+    assert samples[0].errors["no_permission"] == 1 and all("no_permission" not in s.errors for s in samples[1:])
+    assert fake_nvml.gpm_samples_live() == 0
