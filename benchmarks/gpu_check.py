@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,6 +41,7 @@ sys.path.insert(0, str(REPO))
 from exporter.sources.nvml import NvmlSource  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
+ERRORS: Counter[str] = Counter()  # the source's error kinds over the whole check (no_permission: see docs)
 FIELDS = (
     ("DCGM_FI_DEV_GPU_UTIL", "GPU_UTIL %"),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "engine"),
@@ -129,6 +131,7 @@ async def run_phase(
     while time.monotonic() < end:
         await asyncio.sleep(interval)
         sample = await source.collect(time.time())
+        ERRORS.update(sample.errors)
         g = sample.gpus[gpu]
         rows.append(dict(g.fields))
         migs.append([(m.gpu_instance_id, m.profile, dict(m.fields)) for m in g.mig])
@@ -185,6 +188,8 @@ async def gpm_check(args: argparse.Namespace) -> str:
             held.append("yes" if ok else "NO")
         expected = "; ".join(f"{f.removeprefix('DCGM_FI_PROF_')} {op} {b}" for f, op, b in checks)
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {expected} | {', '.join(held)} |")
+    errors = ", ".join(f"{k} x{n}" for k, n in sorted(ERRORS.items())) or "none"
+    lines += ["", f"Errors the source counted during the check: {errors}."]
     mig_rows = [(name, m) for name, _, migs in phases for m in (migs[-1] if migs else [])]
     if mig_rows:
         lines += ["", "MIG instances (last collection of each phase):", "",
