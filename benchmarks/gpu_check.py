@@ -153,7 +153,7 @@ async def gpm_check(args: argparse.Namespace) -> str:
     await source.start()
     phases = []
     try:
-        await source.collect(time.time())  # the first interval starts here
+        ERRORS.update((await source.collect(time.time())).errors)  # the first interval starts here
         phases.append(await run_phase(source, "idle", args.phase_seconds, args.interval, args.gpu, None, ""))
         if load is not None:
             phases.append(await run_phase(source, "matmul (bf16)", args.phase_seconds, args.interval, args.gpu, load, "matmul"))
