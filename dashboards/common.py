@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
+from dashboards.modernize import modernize
+
 DS = {"type": "prometheus", "uid": "${datasource}"}
 ALL = ".*"
 COLUMNS = 24
@@ -196,8 +198,10 @@ def dashboard(
 
 
 def render(dash: g.Dashboard) -> str:
-    """Stable JSON text (sorted keys, trailing newline) so regeneration is byte-identical."""
-    return json.dumps(dash.to_json_data(), cls=DashboardEncoder, sort_keys=True, indent=2) + "\n"
+    """Stable JSON text (sorted keys, trailing newline) so regeneration is byte-identical, in the current
+    Grafana schema (``dashboards.modernize``: grafanalib writes schema 12)."""
+    plain = json.loads(json.dumps(dash.to_json_data(), cls=DashboardEncoder))
+    return json.dumps(modernize(plain), sort_keys=True, indent=2) + "\n"
 
 
 # --- PromQL helpers ---------------------------------------------------------------------------------
