@@ -14,13 +14,23 @@ the demo and the tests call it with what they hold.  The joins it makes:
 - RayCluster -> workers: pods labelled ``ray.io/cluster=<name>``, ``ray.io/node-type=worker``,
   grouped by ``ray.io/group``; per-worker GPU utilization from the GPU signal joined by pod; Ray's
   node view (busy, CPU and memory utilization) joined by pod name, else by pod IP.
+
+At scale (100 000 Workloads) a from-scratch build takes about a second of CPU, mostly in making the
+completed copies of the views.  :class:`SnapshotBuilder` gives the same snapshot incrementally: it
+keeps the completed view it made last time for each object and reuses it while the inputs it was
+made from are the same objects (the caches replace a view when its object changes, so identity is
+change), and its :meth:`SnapshotBuilder.build_async` yields to the event loop every ``slice_size``
+objects, so health probes and watches are served while a pass is built.  The inputs are copied
+(C-speed dict copies, before the first yield) so that the snapshot is of one instant even though
+watch events keep changing the caches while it is built.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -77,31 +87,6 @@ def _resolve_cq(local_queues: Mapping[str, LocalQueueState], namespace: str, lq:
         return None
     q = local_queues.get(f"{namespace}/{lq}")
     return q.cluster_queue if q else None
-
-
-def _nodes(
-    nodes: Mapping[str, NodeState], pods: Mapping[str, PodView], gpus_by_node: Mapping[str, list[GpuState]]
-) -> dict[str, NodeState]:
-    req: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-    for p in pods.values():
-        if p.node and not p.terminal:
-            r = req[p.node]
-            r[0] += p.gpu_requests
-            r[1] += p.cpu_requests
-            r[2] += p.memory_requests
-    out: dict[str, NodeState] = {}
-    for name, n in nodes.items():
-        gpus = tuple(gpus_by_node.get(name, ()))
-        g, c, m = req.get(name, (0, 0.0, 0.0))
-        allocated_by_exporter = sum(1 for x in gpus if x.pod is not None)
-        out[name] = dataclasses.replace(
-            n,
-            gpu_requested=max(int(g), allocated_by_exporter),
-            cpu_requested=c,
-            memory_requested=m,
-            gpus=gpus,
-        )
-    return out
 
 
 def _flavors(flavors: Mapping[str, FlavorState], nodes: Mapping[str, NodeState]) -> dict[str, FlavorState]:
@@ -170,62 +155,208 @@ def build_snapshot(
     config: BuildConfig = BuildConfig(),
     watch_observed: Mapping[str, float | None] = _EMPTY,
 ) -> ClusterSnapshot:
-    """One ``ClusterSnapshot`` at ``now``.
+    """One ``ClusterSnapshot`` at ``now``, from scratch (:class:`SnapshotBuilder` for repeated builds).
 
     ``ray`` is keyed "ns/name" like ``objects.ray_clusters``; ``watch_observed`` maps a watched
     resource to when its cache was last known current (it becomes signal ``watch/<resource>``).
     """
-    gpus_by_node: dict[str, list[GpuState]] = defaultdict(list)
-    util_acc: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for g in gpu.gpus:
-        gpus_by_node[g.node].append(g)
-        if g.pod is not None and g.utilization is not None:
-            util_acc[(g.pod.namespace, g.pod.name)].append(g.utilization)
-    util_by_pod = {k: sum(v) / len(v) for k, v in util_acc.items()}
+    return SnapshotBuilder(config).build(objects, gpu, ray, now, watch_observed)
 
-    nodes = _nodes(objects.nodes, objects.pods, gpus_by_node)
-    flavors = _flavors(objects.flavors, nodes)
 
-    workloads: dict[str, WorkloadState] = {}
-    for key, w in objects.workloads.items():
-        if w.cluster_queue is None:
-            cq = _resolve_cq(objects.local_queues, w.namespace, w.local_queue)
-            if cq is not None:
-                w = dataclasses.replace(w, cluster_queue=cq)
-        workloads[key] = w
+_Steps = Generator[None, None, ClusterSnapshot]
 
-    workers: dict[tuple[str, str], dict[str, list[PodView]]] = defaultdict(lambda: defaultdict(list))
-    for p in objects.pods.values():
-        if p.ray_cluster and p.ray_node_type == "worker" and p.ray_group and not p.terminal:
-            workers[(p.namespace, p.ray_cluster)][p.ray_group].append(p)
-    ray_clusters = {
-        key: _ray_cluster(
-            v,
-            workers.get((v.state.namespace, v.state.name), {}),
-            util_by_pod,
-            ray.get(key),
-            objects.local_queues,
-            config.ray_stale_seconds,
+
+class SnapshotBuilder:
+    """Builds the same snapshot as :func:`build_snapshot`, reusing last build's completed views.
+
+    One per controller (the memo is its only state); ``build`` runs at once, ``build_async`` yields
+    to the event loop every ``slice_size`` objects.
+    """
+
+    def __init__(self, config: BuildConfig = BuildConfig(), slice_size: int = 1000) -> None:
+        self.config = config
+        self.slice_size = max(1, slice_size)
+        self._workloads: dict[str, tuple[WorkloadState, str | None, WorkloadState]] = {}
+        self._nodes: dict[str, tuple[NodeState, tuple[GpuState, ...], tuple[int, float, float], NodeState]] = {}
+        self._flavors: tuple[Mapping[str, FlavorState], dict[str, FlavorState]] | None = None
+        self._rays: dict[str, tuple[tuple[Any, ...], RayClusterState]] = {}
+        self._gpu: tuple[GpuReading, dict[str, list[GpuState]], dict[tuple[str, str], float]] | None = None
+        self.reused = 0  # completed views taken from the memo in the last build (tests, benchmarks)
+
+    def build(
+        self,
+        objects: ClusterObjects,
+        gpu: GpuReading,
+        ray: Mapping[str, RayObservation],
+        now: float,
+        watch_observed: Mapping[str, float | None] = _EMPTY,
+    ) -> ClusterSnapshot:
+        steps = self._steps(objects, gpu, ray, now, watch_observed)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    async def build_async(
+        self,
+        objects: ClusterObjects,
+        gpu: GpuReading,
+        ray: Mapping[str, RayObservation],
+        now: float,
+        watch_observed: Mapping[str, float | None] = _EMPTY,
+    ) -> ClusterSnapshot:
+        steps = self._steps(objects, gpu, ray, now, watch_observed)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            await asyncio.sleep(0)
+
+    # ------------------------------------------------------------------------------------ the build
+    def _steps(
+        self,
+        objects: ClusterObjects,
+        gpu: GpuReading,
+        ray: Mapping[str, RayObservation],
+        now: float,
+        watch_observed: Mapping[str, float | None],
+    ) -> _Steps:
+        config = self.config
+        # one instant: copy every input before the first yield (the caches change while we yield)
+        workloads_in = dict(objects.workloads)
+        pods_in = dict(objects.pods)
+        nodes_in = dict(objects.nodes)
+        rcs_in = dict(objects.ray_clusters)
+        local_queues = dict(objects.local_queues)
+        cluster_queues = dict(objects.cluster_queues)
+        flavors_in = dict(objects.flavors)
+        admission_checks = dict(objects.admission_checks)
+        ray_obs = dict(ray)
+        watch = dict(watch_observed)
+        step = self.slice_size
+        reused = 0
+
+        if self._gpu is None or self._gpu[0] is not gpu:  # a new GPU reading: index it (sliced)
+            by_node: dict[str, list[GpuState]] = defaultdict(list)
+            util_acc: dict[tuple[str, str], list[float]] = defaultdict(list)
+            for i, g in enumerate(gpu.gpus, 1):
+                by_node[g.node].append(g)
+                if g.pod is not None and g.utilization is not None:
+                    util_acc[(g.pod.namespace, g.pod.name)].append(g.utilization)
+                if i % step == 0:
+                    yield
+            self._gpu = (gpu, dict(by_node), {k: sum(v) / len(v) for k, v in util_acc.items()})
+        _, gpus_by_node, util_by_pod = self._gpu
+
+        # pods -> per-node requests and Ray workers
+        req: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+        workers: dict[tuple[str, str], dict[str, list[PodView]]] = defaultdict(lambda: defaultdict(list))
+        for i, p in enumerate(pods_in.values(), 1):
+            if p.terminal:
+                continue
+            if p.node:
+                r = req[p.node]
+                r[0] += p.gpu_requests
+                r[1] += p.cpu_requests
+                r[2] += p.memory_requests
+            if p.ray_cluster and p.ray_node_type == "worker" and p.ray_group:
+                workers[(p.namespace, p.ray_cluster)][p.ray_group].append(p)
+            if i % step == 0:
+                yield
+
+        nodes: dict[str, NodeState] = {}
+        node_memo: dict[str, tuple[NodeState, tuple[GpuState, ...], tuple[int, float, float], NodeState]] = {}
+        nodes_changed = len(nodes_in) != len(self._nodes)
+        for i, (name, n) in enumerate(nodes_in.items(), 1):
+            gpus = tuple(gpus_by_node.get(name, ()))
+            g, c, m = req.get(name, (0, 0.0, 0.0))
+            need = (int(g), c, m)
+            old = self._nodes.get(name)
+            if old is not None and old[0] is n and old[2] == need and old[1] == gpus:
+                out = old[3]
+                reused += 1
+            else:
+                nodes_changed = nodes_changed or old is None or old[0] is not n
+                allocated_by_exporter = sum(1 for x in gpus if x.pod is not None)
+                out = dataclasses.replace(
+                    n, gpu_requested=max(need[0], allocated_by_exporter), cpu_requested=c, memory_requested=m,
+                    gpus=gpus,
+                )
+            nodes[name] = out
+            node_memo[name] = (n, gpus, need, out)
+            if i % step == 0:
+                yield
+        self._nodes = node_memo
+
+        if (not nodes_changed and self._flavors is not None and self._flavors[0].keys() == flavors_in.keys()
+                and all(self._flavors[0][k] is v for k, v in flavors_in.items())):
+            flavors = self._flavors[1]
+            reused += len(flavors)
+        else:
+            flavors = _flavors(flavors_in, nodes)
+            yield
+        self._flavors = (flavors_in, flavors)
+
+        workloads: dict[str, WorkloadState] = workloads_in  # already a private copy: completed in place
+        wl_memo: dict[str, tuple[WorkloadState, str | None, WorkloadState]] = {}
+        old_wl = self._workloads
+        for i, (key, w) in enumerate(workloads_in.items(), 1):
+            if w.cluster_queue is None:
+                cq = _resolve_cq(local_queues, w.namespace, w.local_queue)
+                if cq is not None:
+                    memo = old_wl.get(key)
+                    if memo is not None and memo[0] is w and memo[1] == cq:
+                        out = memo[2]
+                        reused += 1
+                    else:
+                        out = dataclasses.replace(w, cluster_queue=cq)
+                    workloads[key] = out
+                    wl_memo[key] = (w, cq, out)
+            if i % step == 0:
+                yield
+        self._workloads = wl_memo
+
+        ray_clusters: dict[str, RayClusterState] = {}
+        ray_memo: dict[str, tuple[tuple[Any, ...], RayClusterState]] = {}
+        for i, (key, v) in enumerate(rcs_in.items(), 1):
+            by_group = workers.get((v.state.namespace, v.state.name), {})
+            obs = ray_obs.get(key)
+            cq = _resolve_cq(local_queues, v.state.namespace, v.state.labels.get(QUEUE_NAME_LABEL))
+            signature = (
+                v, obs, cq, config.ray_stale_seconds,
+                tuple((g, tuple((p, util_by_pod.get((p.namespace, p.name))) for p in pods))
+                      for g, pods in sorted(by_group.items())),
+            )
+            old_rc = self._rays.get(key)
+            if old_rc is not None and old_rc[0] == signature:
+                out_rc = old_rc[1]
+                reused += 1
+            else:
+                out_rc = _ray_cluster(v, by_group, util_by_pod, obs, local_queues, config.ray_stale_seconds)
+            ray_clusters[key] = out_rc
+            ray_memo[key] = (signature, out_rc)
+            if i % step == 0:
+                yield
+        self._rays = ray_memo
+
+        signals: dict[str, SignalStatus] = {"gpu": SignalStatus("gpu", gpu.observed_at, config.gpu_stale_seconds)}
+        for rc in ray_clusters.values():
+            if rc.demand_signal is not None:
+                signals[rc.demand_signal.name] = rc.demand_signal
+        for resource, observed in watch.items():
+            name = f"watch/{resource}"
+            signals[name] = SignalStatus(name, observed, config.watch_stale_seconds)
+        self.reused = reused
+        return ClusterSnapshot(
+            taken_at=now,
+            nodes=MappingProxyType(nodes),
+            flavors=MappingProxyType(flavors),
+            cluster_queues=MappingProxyType(cluster_queues),
+            local_queues=MappingProxyType(local_queues),
+            workloads=MappingProxyType(workloads),
+            admission_checks=MappingProxyType(admission_checks),
+            ray_clusters=MappingProxyType(ray_clusters),
+            signals=MappingProxyType(signals),
         )
-        for key, v in objects.ray_clusters.items()
-    }
-
-    signals: dict[str, SignalStatus] = {"gpu": SignalStatus("gpu", gpu.observed_at, config.gpu_stale_seconds)}
-    for rc in ray_clusters.values():
-        if rc.demand_signal is not None:
-            signals[rc.demand_signal.name] = rc.demand_signal
-    for resource, observed in watch_observed.items():
-        name = f"watch/{resource}"
-        signals[name] = SignalStatus(name, observed, config.watch_stale_seconds)
-
-    return ClusterSnapshot(
-        taken_at=now,
-        nodes=MappingProxyType(nodes),
-        flavors=MappingProxyType(flavors),
-        cluster_queues=MappingProxyType(dict(objects.cluster_queues)),
-        local_queues=MappingProxyType(dict(objects.local_queues)),
-        workloads=MappingProxyType(workloads),
-        admission_checks=MappingProxyType(dict(objects.admission_checks)),
-        ray_clusters=MappingProxyType(ray_clusters),
-        signals=MappingProxyType(signals),
-    )

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoscaler.controller.snapshot_builder import BuildConfig, build_snapshot
+from autoscaler.cluster import views
+from autoscaler.controller.snapshot_builder import (
+    BuildConfig,
+    ClusterObjects,
+    SnapshotBuilder,
+    build_snapshot,
+)
 from autoscaler.core.snapshot import GpuState, PodKey, RayDemand
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.ray import RayObservation
@@ -115,3 +121,103 @@ def test_missing_ray_observation_is_stale_not_an_error():
     rc = snap.ray_clusters["team-a/rc"]
     assert rc.demand == () and rc.demand_signal.observed_at is None
     assert rc.groups[0].workers[0].ray_busy is None
+
+
+# ------------------------------------------------------------------------- the incremental builder
+def _changes(now: float):
+    """A run of cluster changes, each a function of the mutable ClusterObjects dicts (as the caches hold
+    them) -> the GPU reading and Ray observations to build with."""
+    from tests.controller import objects as o
+
+    def same(objs):
+        return gpu_reading(now), {}
+
+    def new_workload(objs):
+        objs.workloads["team-a/wl-new"] = views.workload_view(
+            o.workload("wl-new", "team-a", "lq-a", created=now - 1, pod_sets=[("main", 1, 1)]))
+        return gpu_reading(now), {}
+
+    def requeue_to_other_queue(objs):  # a LocalQueue now points elsewhere: resolved again
+        objs.local_queues["team-a/lq-a"] = views.local_queue_view(o.local_queue("lq-a", "team-a", "cq-b"))
+        return gpu_reading(now), {}
+
+    def pod_moves(objs):
+        objs.pods["team-b/batch-2"] = views.pod_view(o.pod("batch-2", "team-b", node="h1", gpus=1))
+        del objs.pods["team-b/batch-1"]
+        return gpu_reading(now), {}
+
+    def node_relabelled(objs):
+        objs.nodes["a1"] = views.node_view(o.node("a1", 8, {"gpu": "h100"}))
+        return gpu_reading(now), {}
+
+    def ray_answers(objs):
+        status = FakeRayStatus(demand=(RayDemand("task", {"GPU": 1.0}, count=1),), nodes=())
+        return gpu_reading(now), {"team-a/rc": RayObservation(status, now - 1)}
+
+    def workload_deleted(objs):
+        del objs.workloads["team-a/wl-a1"]
+        return gpu_reading(now), {}
+
+    return [same, new_workload, same, requeue_to_other_queue, pod_moves, node_relabelled, ray_answers,
+            workload_deleted, same]
+
+
+def _mutable(objects):
+    return ClusterObjects(**{f: dict(getattr(objects, f)) for f in ClusterObjects.__dataclass_fields__})
+
+
+def test_incremental_builds_equal_fresh_builds_and_reuse_what_did_not_change():
+    now = scenario.NOW
+    objs = _mutable(scenario.cluster_objects(scenario.raw_objects(now)))
+    builder = SnapshotBuilder(BuildConfig(gpu_stale_seconds=60, ray_stale_seconds=60))
+    reading = gpu_reading(now)
+    first = builder.build(objs, reading, {}, now)
+    assert builder.reused == 0
+    again = builder.build(objs, reading, {}, now)  # nothing changed: every completed view is reused
+    assert again == first and builder.reused > 0
+    assert again.workloads["team-a/wl-a1"] is first.workloads["team-a/wl-a1"]
+    assert again.nodes["h1"] is first.nodes["h1"] and again.ray_clusters["team-a/rc"] is first.ray_clusters["team-a/rc"]
+    seen = {}
+    for change in _changes(now):
+        gpu, ray = change(objs)
+        got = builder.build(objs, gpu, ray, now)
+        want = build_snapshot(objs, gpu, ray, now, BuildConfig(gpu_stale_seconds=60, ray_stale_seconds=60))
+        assert got == want, change.__name__
+        seen[change.__name__] = got
+    assert seen["new_workload"].workloads["team-a/wl-new"].cluster_queue == "cq-a"
+    assert seen["requeue_to_other_queue"].workloads["team-a/wl-a1"].cluster_queue == "cq-b"
+    assert seen["requeue_to_other_queue"].workloads["team-a/wl-a2"].cluster_queue == "cq-a"  # status.admission
+    assert seen["node_relabelled"].flavors["h100"].node_names == ("a1", "h1", "h2")
+    assert seen["ray_answers"].ray_clusters["team-a/rc"].demand[0].count == 1
+    assert "team-a/wl-a1" not in seen["workload_deleted"].workloads
+
+
+async def test_build_async_yields_between_slices_and_is_one_instant():
+    """The event loop runs between slices; changes made to the caches meanwhile are not in this snapshot."""
+    import asyncio
+
+    from tests.controller import objects as o
+
+    now = scenario.NOW
+    objs = _mutable(scenario.cluster_objects(scenario.raw_objects(now)))
+    for i in range(50):
+        objs.workloads[f"team-a/extra-{i}"] = views.workload_view(
+            o.workload(f"extra-{i}", "team-a", "lq-a", created=now - i, pod_sets=[("main", 1, 1)]))
+    expected = build_snapshot(objs, gpu_reading(now), {}, now)
+    ran = 0
+
+    async def meanwhile():
+        nonlocal ran
+        while True:
+            ran += 1
+            objs.workloads.pop(f"team-a/extra-{ran}", None)  # the watch deletes objects as we build
+            objs.pods[f"team-b/p-{ran}"] = views.pod_view(o.pod(f"p-{ran}", "team-b", node="h2", gpus=1))
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(meanwhile())  # first runs at the build's first yield, after its copies
+    try:
+        got = await SnapshotBuilder(slice_size=5).build_async(objs, gpu_reading(now), {}, now)
+    finally:
+        task.cancel()
+    assert ran > 10  # the loop ran between slices (56 workloads and 4 pods in slices of 5)
+    assert got == expected
