@@ -231,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.html_file:
         from report.html import render_html
 
-        Path(args.html_file).write_text(render_html(report))
+        try:
+            Path(args.html_file).write_text(render_html(report))
+        except ReportError as exc:
+            print(f"queuepilot report: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if report.empty_reason:
         print(f"queuepilot report: no data: {report.empty_reason}", file=sys.stderr)
         return EXIT_NO_DATA

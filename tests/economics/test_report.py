@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import math
+import re
 import threading
 from collections.abc import Iterator
 
@@ -27,6 +29,21 @@ def weekly(backfilled, tmp_path_factory) -> dict:
                    *PRICE_ARGS, "--json", str(out)])
     assert rc == cli.EXIT_OK
     return json.loads(out.read_text())
+
+
+def test_html_report_with_embedded_plots(backfilled, tmp_path):
+    out = tmp_path / "r.html"
+    rc = cli.main(["--prometheus-url", backfilled.prom.url, "--window", "7d", "--end", str(backfilled.end),
+                   *PRICE_ARGS, "--html", str(out)])
+    assert rc == cli.EXIT_OK
+    text = out.read_text()
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", text)
+    assert len(images) == 3
+    for data in images:
+        assert base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n")
+    for needle in ("team-a", "rc-tune", "rc-notebooks", "PyTorchJob", "effective USD"):
+        assert needle in text
+    assert "http" not in text.split("<body>", 1)[1]  # nothing fetched from elsewhere
 
 
 def test_the_report_reads_the_names_the_rules_write():
