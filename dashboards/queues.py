@@ -8,7 +8,7 @@ from dashboards import common as c
 
 UID = "queuepilot-queues"
 
-# Kueue's own series (research-kueue.md c); quota/usage need metrics.enableClusterQueueResources
+# Kueue's own series (kubernetes-sigs/kueue pkg/metrics/metrics.go); quota/usage need metrics.enableClusterQueueResources
 KUEUE_PENDING = "kueue_pending_workloads"
 KUEUE_ADMISSION_WAIT_BUCKET = "kueue_admission_wait_time_seconds_bucket"
 KUEUE_NOMINAL_QUOTA = "kueue_cluster_queue_nominal_quota"

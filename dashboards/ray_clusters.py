@@ -9,7 +9,7 @@ from dashboards import common as c
 
 UID = "queuepilot-ray-clusters"
 
-# Ray's series (research-ray.md 4)
+# Ray's series (node metrics, scraped by KubeRay's PodMonitor, which adds ray_io_cluster)
 RAY_TASKS = "ray_tasks"
 RAY_OBJECT_STORE_USED = "ray_object_store_used_memory"
 RAY_OBJECT_STORE_AVAILABLE = "ray_object_store_available_memory"

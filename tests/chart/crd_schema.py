@@ -1,4 +1,4 @@
-"""A CRD's openAPIV3Schema as a strict JSON Schema (research-observability.md section 3).
+"""A CRD's openAPIV3Schema as a strict JSON Schema, for checking rendered CRD objects offline.
 
 ``nullable: true`` becomes ``type: [T, "null"]``; every object with ``properties`` and without
 ``x-kubernetes-preserve-unknown-fields`` rejects unknown fields (like ``kubectl --validate=strict``);

@@ -9,7 +9,7 @@ from __future__ import annotations
 KNOWN_EXTERNAL: dict[str, str] = {
     # Prometheus itself
     "up": "Prometheus: scrape health of every target",
-    # Kueue (kubernetes-sigs/kueue pkg/metrics/metrics.go; research-kueue.md c)
+    # Kueue (kubernetes-sigs/kueue pkg/metrics/metrics.go)
     "kueue_pending_workloads": "Kueue: gauge [cluster_queue, status, replica_role]",
     "kueue_admission_wait_time_seconds_bucket": "Kueue: histogram [cluster_queue, priority_class, replica_role]",
     "kueue_cluster_queue_nominal_quota": (
@@ -23,7 +23,7 @@ KNOWN_EXTERNAL: dict[str, str] = {
     "kueue_evicted_workloads_total": (
         "Kueue: counter [cluster_queue, reason, underlying_cause, priority_class, replica_role]"
     ),
-    # Ray (node metrics on port 8080, scraped by KubeRay's PodMonitor which adds ray_io_cluster; research-ray.md 4)
+    # Ray (node metrics on port 8080, scraped by KubeRay's PodMonitor which adds ray_io_cluster)
     "ray_tasks": "Ray: gauge [State, Name, JobId, IsRetry, Source] (sum by State)",
     "ray_object_store_used_memory": "Ray: gauge, bytes",
     "ray_object_store_available_memory": "Ray: gauge, bytes",
