@@ -84,7 +84,7 @@ def _panel(p: dict) -> dict:
         raise ValueError(f"panel {p.get('title')!r}: type {p['type']!r} is deprecated in Grafana {TARGET_GRAFANA}; "
                          "use TimeSeries / Stat / Table / PieChartv2 instead")
     if p.get("type") == "row":
-        row = {k: p[k] for k in ("type", "title", "id", "gridPos", "collapsed") if k in p}
+        row = {k: p[k] for k in ("type", "title", "id", "gridPos", "collapsed", "repeat") if p.get(k) is not None}
         row["panels"] = [_panel(c) for c in p.get("panels", [])]
         return row
     out = {k: v for k, v in p.items() if k not in LEGACY_PANEL_KEYS}
