@@ -94,3 +94,30 @@ def test_notes_state_the_shadow_mode() -> None:
                    "Ray scaling writes nothing", "--set controller.dryRun=false"):
         assert needle in text, needle
     assert "DRY RUN" not in notes("helm4")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a markdown heading."""
+    s = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return s.replace(" ", "-")
+
+
+def test_install_guide_links_resolve() -> None:
+    docs = REPO / "docs"
+    text = INSTALL.read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert len(links) > 10
+    broken = []
+    for link in links:
+        if link.startswith("http"):
+            continue
+        path, _, anchor = link.partition("#")
+        target = INSTALL if not path else (docs / path).resolve()
+        if not target.exists():
+            broken.append(link)
+            continue
+        if anchor and target.suffix == ".md":
+            slugs = {_slug(h) for h in re.findall(r"^#+ (.+)$", target.read_text(), flags=re.M)}
+            if anchor not in slugs:
+                broken.append(link)
+    assert not broken, broken
