@@ -193,56 +193,112 @@ def _hours(seconds: float) -> float:
     return seconds / 3600.0
 
 
+DAY_S = 86400.0
+
+
+class GroupAccumulator:
+    """What the recommender keeps of a group's history, in bounded memory (as the VPA keeps histograms,
+    not samples): the two decaying histograms, and, per day, the seconds spent in each
+    (GPUs held, GPUs active, busy workers) state with the most GPUs any worker held, from which the
+    idle and saved GPU-hours are computed exactly. ``prune`` drops whole days older than a cutoff."""
+
+    __slots__ = ("busy", "first_t", "last_t", "max_gpus", "observations", "per_worker", "usage")
+
+    def __init__(self, half_life_s: float) -> None:
+        self.per_worker = DecayingHistogram(half_life_s)
+        self.busy = DecayingHistogram(half_life_s)
+        self.usage: dict[tuple[int, int, int, int], float] = {}  # (day, held, active, busy) -> seconds
+        self.max_gpus: dict[int, int] = {}  # day -> most GPUs a worker held
+        self.first_t: float | None = None
+        self.last_t: float | None = None
+        self.observations = 0
+
+    def add(self, o: GroupObservation) -> None:
+        if not o.workers:
+            return
+        self.first_t = o.t if self.first_t is None else min(self.first_t, o.t)
+        self.last_t = o.t if self.last_t is None else max(self.last_t, o.t)
+        self.observations += 1
+        self.busy.add(o.busy_workers, o.t, o.duration_s)
+        for w in o.workers:
+            if w.gpus > 0:
+                self.per_worker.add(min(w.active_gpus, w.gpus), o.t, o.duration_s)
+        day = int(o.t // DAY_S)
+        key = (day, o.held_gpus, o.active_gpus, o.busy_workers)
+        self.usage[key] = self.usage.get(key, 0.0) + o.duration_s
+        self.max_gpus[day] = max(self.max_gpus.get(day, 0), max(w.gpus for w in o.workers))
+
+    def prune(self, cutoff: float) -> None:
+        """Forget the days that end before ``cutoff`` (the histograms keep them, decayed)."""
+        first_day = int(cutoff // DAY_S)
+        self.usage = {k: v for k, v in self.usage.items() if k[0] >= first_day}
+        self.max_gpus = {d: g for d, g in self.max_gpus.items() if d >= first_day}
+        if self.first_t is not None and self.first_t < first_day * DAY_S:
+            self.first_t = first_day * DAY_S if self.usage else None
+            if self.first_t is None:
+                self.last_t, self.observations = None, 0
+
+    @property
+    def span_s(self) -> float:
+        return 0.0 if self.first_t is None or self.last_t is None else self.last_t - self.first_t
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return max(self.max_gpus.values(), default=0)
+
+    @property
+    def idle_s(self) -> float:
+        return sum((held - active) * secs for (_, held, active, _), secs in self.usage.items())
+
+
 def recommend_group(
     key: GroupKey,
-    observations: Iterable[GroupObservation],
+    observations: Iterable[GroupObservation] | GroupAccumulator,
     policy: RightsizingPolicy,
     current_min_replicas: int | None = None,
     current_max_replicas: int | None = None,
 ) -> GroupRecommendation:
-    """Recommend GPUs per worker and min/max replicas for one worker group from its history.
+    """Recommend GPUs per worker and min/max replicas for one worker group from its history (the
+    observations, or an accumulator that has seen them).
 
     ``current_min_replicas`` / ``current_max_replicas`` (when known) decide whether anything would
     change; without them only a change of GPUs per worker counts as one.
     """
-    obs = sorted(observations, key=lambda o: o.t)
-    gpus_now = max((w.gpus for o in obs for w in o.workers), default=0)
-    idle_s = sum((o.held_gpus - o.active_gpus) * o.duration_s for o in obs)
-    span = (obs[-1].t - obs[0].t) if obs else 0.0
+    if isinstance(observations, GroupAccumulator):
+        acc = observations
+    else:
+        acc = GroupAccumulator(policy.half_life_s)
+        for o in sorted(observations, key=lambda o: o.t):
+            acc.add(o)
+    gpus_now = acc.gpus_per_worker
+    idle_s = acc.idle_s
+    span = acc.span_s
+    n = acc.observations
 
     def withheld(reason: str, message: str) -> GroupRecommendation:
-        return GroupRecommendation(
-            key, gpus_now, None, None, None, 0.0, _hours(idle_s), span, len(obs), reason, message,
-        )
+        return GroupRecommendation(key, gpus_now, None, None, None, 0.0, _hours(idle_s), span, n, reason, message)
 
-    if not obs or all(not o.workers for o in obs):
+    if n == 0:
         return withheld(NO_DATA, "no worker of this group was observed in the window")
     if gpus_now == 0:
         return withheld(NO_GPUS, "the workers of this group hold no GPUs")
-    if span < policy.min_history_s or len(obs) < policy.min_observations:
+    if span < policy.min_history_s or n < policy.min_observations:
         return withheld(
             INSUFFICIENT_HISTORY,
-            f"{_hours(span):.1f} h of history in {len(obs)} observations; a recommendation needs "
+            f"{_hours(span):.1f} h of history in {n} observations; a recommendation needs "
             f"{_hours(policy.min_history_s):.1f} h and {policy.min_observations} observations",
         )
 
-    per_worker = DecayingHistogram(policy.half_life_s)
-    busy = DecayingHistogram(policy.half_life_s)
-    for o in obs:
-        busy.add(o.busy_workers, o.t, o.duration_s)
-        for w in o.workers:
-            if w.gpus > 0:
-                per_worker.add(min(w.active_gpus, w.gpus), o.t, o.duration_s)
-    k = max(1, per_worker.percentile(policy.gpus_percentile))
+    k = max(1, acc.per_worker.percentile(policy.gpus_percentile))
     rec_gpus = _round_up_allowed(k, policy.allowed_gpus_per_worker, gpus_now)
-    rec_min = busy.percentile(policy.min_replicas_percentile)
-    rec_max = max(1, rec_min, math.ceil(busy.percentile(policy.max_replicas_percentile) * (1 + policy.safety_margin)))
+    rec_min = acc.busy.percentile(policy.min_replicas_percentile)
+    busy_high = acc.busy.percentile(policy.max_replicas_percentile)
+    rec_max = max(1, rec_min, math.ceil(busy_high * (1 + policy.safety_margin)))
 
     saved_s = 0.0
-    for o in obs:
-        idle_now = o.held_gpus - o.active_gpus
-        would_hold = rec_gpus * max(rec_min, min(rec_max, o.busy_workers))
-        saved_s += max(0.0, min(float(idle_now), float(o.held_gpus - would_hold))) * o.duration_s
+    for (_, held, active, busy_workers), secs in acc.usage.items():
+        would_hold = rec_gpus * max(rec_min, min(rec_max, busy_workers))
+        saved_s += max(0.0, min(float(held - active), float(held - would_hold))) * secs
 
     changed = rec_gpus != gpus_now
     if current_min_replicas is not None and rec_min != current_min_replicas:
@@ -252,11 +308,11 @@ def recommend_group(
     reason = RECOMMENDED if changed else ALREADY_RIGHT_SIZED
     message = (
         f"workers kept at most {k} of {gpus_now} GPUs active; busy workers p{policy.min_replicas_percentile * 100:g} "
-        f"{rec_min}, p{policy.max_replicas_percentile * 100:g} {busy.percentile(policy.max_replicas_percentile)} "
+        f"{rec_min}, p{policy.max_replicas_percentile * 100:g} {busy_high} "
         f"(+{policy.safety_margin * 100:g}% margin) over {_hours(span):.1f} h"
     )
     return GroupRecommendation(
-        key, gpus_now, rec_gpus, rec_min, rec_max, _hours(saved_s), _hours(idle_s), span, len(obs), reason, message,
+        key, gpus_now, rec_gpus, rec_min, rec_max, _hours(saved_s), _hours(idle_s), span, n, reason, message,
     )
 
 
@@ -365,23 +421,25 @@ def observe_snapshot(
 
 @dataclass
 class RightsizingHistory:
-    """Observations per group, kept for ``keep_s`` seconds back from the newest (the controller feeds it
-    one snapshot per pass; the report fills it from Prometheus)."""
+    """A ``GroupAccumulator`` per group, fed one snapshot observation per controller pass; days older
+    than ``keep_s`` are pruned (bounded memory whatever the pass rate)."""
 
+    half_life_s: float = 24 * 3600.0
     keep_s: float = 8 * 24 * 3600.0
-    groups: dict[GroupKey, list[GroupObservation]] = field(default_factory=dict)
+    groups: dict[GroupKey, GroupAccumulator] = field(default_factory=dict)
 
     def add(self, observations: Mapping[GroupKey, GroupObservation]) -> None:
         for key, o in observations.items():
-            self.groups.setdefault(key, []).append(o)
+            acc = self.groups.get(key)
+            if acc is None:
+                acc = self.groups[key] = GroupAccumulator(self.half_life_s)
+            acc.add(o)
 
     def prune(self, now: float) -> None:
-        cutoff = now - self.keep_s
         for key in list(self.groups):
-            kept = [o for o in self.groups[key] if o.t >= cutoff]
-            if kept:
-                self.groups[key] = kept
-            else:
+            acc = self.groups[key]
+            acc.prune(now - self.keep_s)
+            if acc.observations == 0:
                 del self.groups[key]
 
     def recommend(self, policy: RightsizingPolicy, snapshot: ClusterSnapshot | None = None) -> list[GroupRecommendation]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from autoscaler.controller.pod_info import (
     CLUSTER_QUEUE_LABEL,
     LABELS,
@@ -149,12 +151,16 @@ def test_observe_snapshot_counts_active_gpus_per_worker():
 def test_history_recommends_from_snapshots_and_prunes():
     h = rs.RightsizingHistory(keep_s=3 * 86400)
     key = rs.GroupKey("ns", "rc", "g")
-    for n in range(4 * 24 * 12):
-        t = n * 300.0
-        h.add({key: rs.GroupObservation(t, 300, (rs.WorkerObservation("w", 8, 2),))})
+    obs = [rs.GroupObservation(n * 300.0, 300, (rs.WorkerObservation("w", 8, 2),)) for n in range(4 * 24 * 12)]
+    for o in obs:
+        h.add({key: o})
     h.prune(now=4 * 86400)
-    assert h.groups[key][0].t >= 86400
     [r] = h.recommend(rs.RightsizingPolicy())
+    # the first day is forgotten: the numbers are those of the last three days' observations alone
+    alone = rs.recommend_group(key, [o for o in obs if o.t >= 86400], rs.RightsizingPolicy())
     assert r.recommended_gpus_per_worker == 2 and r.reason == rs.RECOMMENDED
+    assert (r.observed_idle_gpu_hours, r.saved_gpu_hours) == (alone.observed_idle_gpu_hours, alone.saved_gpu_hours)
+    assert r.observed_idle_gpu_hours == pytest.approx(3 * 24 * 6)
+    assert len(h.groups[key].usage) == 3  # one state per day: memory does not grow with the samples
     h.prune(now=100 * 86400)
     assert h.groups == {}
