@@ -79,6 +79,9 @@ class Limits:
     backlog: int = 128
     shutdown_timeout: float = 5.0
     log_interval: float = 60.0
+    # after an early answer (413, 408) the unread rest of a body is read and dropped this long, so
+    # the client sees the answer instead of a reset; then the connection is closed
+    lingering_time: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("max_connections", "header_timeout", "body_timeout", "keepalive_timeout", "max_body_bytes",
@@ -255,7 +258,8 @@ class HttpServer:
         self._runner = web.AppRunner(
             self.app, handle_signals=False, access_log=None, shutdown_timeout=self.limits.shutdown_timeout,
             keepalive_timeout=self.limits.keepalive_timeout, max_line_size=self.limits.max_line_size,
-            max_field_size=self.limits.max_field_size, logger=_OneLineLogger(self),
+            max_field_size=self.limits.max_field_size, lingering_time=self.limits.lingering_time,
+            logger=_OneLineLogger(self),
         )
         await self._runner.setup()
         try:

@@ -69,12 +69,22 @@ class ControllerConfig:
     webhook_listen: str = ""
     webhook_cert_dir: str = ""
     max_connections: int = Limits.max_connections
+    http_header_timeout_seconds: float = Limits.header_timeout
     check_config: bool = False
 
     @property
     def http_limits(self) -> Limits:
-        """Limits of the metrics server (and, with the webhook's body size, of the webhook)."""
-        return replace(Limits(), max_connections=self.max_connections)
+        """Limits of the metrics server: GET-only, so a request body of more than 64 KiB is refused."""
+        return Limits(max_connections=self.max_connections, header_timeout=self.http_header_timeout_seconds,
+                      max_body_bytes=64 * 1024)
+
+    @property
+    def webhook_limits(self) -> Limits:
+        """Limits of the webhook server: the webhook's own body size and timeout, the shared cap and
+        header timeout."""
+        from autoscaler.webhook.server import LIMITS
+
+        return replace(LIMITS, max_connections=self.max_connections, header_timeout=self.http_header_timeout_seconds)
 
     @property
     def controller_name(self) -> str:
@@ -124,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
       help="address for /metrics, /healthz, /readyz")
     a("--max-connections", type=count(1), default=Limits.max_connections, metavar="N",
       help="open connections per HTTP server (metrics, webhook) at most; beyond it new ones wait")
+    a("--http-header-timeout-seconds", type=positive_seconds, default=Limits.header_timeout, metavar="SECONDS",
+      help="an HTTP client must send a complete request head (and finish a TLS handshake) within this")
     a("--kubeconfig", default=None, metavar="PATH",
       help="kubeconfig path (unset: the in-cluster service account, else ~/.kube/config)")
     a("--context", default=None, help="kubeconfig context (unset: its current-context)")

@@ -30,6 +30,7 @@ from autoscaler.webhook.server import (
     QUEUE_NAME_LABEL,
     RESULTS,
     UNSUPPORTED_KIND,
+    WOULD_LABEL,
     start_webhook,
     webhook_settings,
 )
@@ -321,3 +322,59 @@ def test_webhook_settings_parsing() -> None:
                        ({"namespaces": {}}, "namespaces")]:
         with pytest.raises(ValueError, match=field):
             webhook_settings({"webhook": bad})
+
+
+def hostile_bodies() -> list[tuple[str, bytes]]:
+    rev = json.dumps(review(raycluster("team-a")))
+    return [
+        ("deeply nested JSON (RecursionError)", b'{"apiVersion": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+        ("nested inside a valid review", rev[:-1].encode() + b', "x": ' + b"{\"a\":" * 50_000 + b"1" + b"}" * 50_000 + b"}"),
+        ("a 5000-digit integer (ValueError)", rev[:-1].encode() + b', "n": ' + b"7" * 5000 + b"}"),
+        ("a 5000-digit integer as the uid", json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                                         "request": {"uid": 1}}).encode().replace(b"1}", b"9" * 5000 + b"}")),
+    ]
+
+
+@pytest.mark.parametrize(("what", "body"), hostile_bodies(), ids=[w for w, _ in hostile_bodies()])
+async def test_bodies_the_parser_refuses_are_400_and_counted(webhook_url, session, recorder, what, body):
+    status, answer = await post(session, webhook_url, body)
+    assert status == 400, (what, answer)
+    assert answer["error"].startswith("request body")
+    assert recorder.calls == [("Other", BAD_REQUEST)]
+    resp, _ = await mutate(session, webhook_url, raycluster("team-a"))  # still serving
+    assert "patch" in resp
+
+
+async def test_an_oversized_chunked_body_is_413_and_counted(webhook_url, session, recorder):
+    async def chunks():
+        for _ in range(9):  # 9 MiB, no Content-Length: only the running total can refuse it
+            yield b" " * (1024 * 1024)
+
+    async with session.post(webhook_url, data=chunks(), headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 413
+    assert recorder.calls == [("Other", BAD_REQUEST)]
+
+
+@pytest.fixture
+async def dry_run_url(pki, recorder):
+    server = await start_webhook("127.0.0.1:0", str(pki.cert_file), str(pki.key_file), MAPPING, on_review=recorder,
+                                 dry_run=True)
+    try:
+        yield f"https://127.0.0.1:{server.port}/mutate-ray"
+    finally:
+        await server.close()
+
+
+async def test_dry_run_answers_without_a_patch_and_warns_what_it_would_set(dry_run_url, session, recorder):
+    resp, after = await mutate(session, dry_run_url, raycluster("team-a"))
+    assert "patch" not in resp and "patchType" not in resp and after == raycluster("team-a")
+    assert resp["warnings"] == ["queuepilot dry-run: would set label kueue.x-k8s.io/queue-name=team-a-queue"]
+    resp, _ = await mutate(session, dry_run_url, rayjob("team-b"))
+    assert resp["warnings"] == ["queuepilot dry-run: would set label kueue.x-k8s.io/queue-name=lq-b"]
+    # what it would leave alone stays silent
+    resp, _ = await mutate(session, dry_run_url, raycluster("team-a", labels={QUEUE_NAME_LABEL: "mine"}))
+    assert "patch" not in resp and "warnings" not in resp
+    resp, _ = await mutate(session, dry_run_url, raycluster("team-z"))
+    assert "patch" not in resp and "warnings" not in resp
+    assert recorder.calls == [("RayCluster", WOULD_LABEL), ("RayJob", WOULD_LABEL), ("RayCluster", LABEL_PRESENT),
+                              ("RayCluster", NAMESPACE_UNMAPPED)]
