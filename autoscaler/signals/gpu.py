@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from autoscaler.core.snapshot import GpuState, PodKey
+from servicekit.errors import error_kind as _error_kind
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
@@ -180,13 +181,4 @@ def fold_series(
     return tuple(out)
 
 
-def error_kind(exc: BaseException) -> str:
-    """A bounded error kind for ``queuepilot_source_errors_total{kind}``."""
-    name = type(exc).__name__
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    if isinstance(exc, ConnectionError | OSError) or "Connect" in name or "Connection" in name:
-        return "connection"
-    if isinstance(exc, ValueError | KeyError | TypeError | UnicodeDecodeError):
-        return "bad_response"
-    return "other"
+error_kind = _error_kind  # the one vocabulary (servicekit.errors); kept here for existing importers
