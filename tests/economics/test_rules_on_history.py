@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
 from alerts import economics as ec
 from tests.economics import world
 from tests.economics.conftest import CONFIG
+from tests.support.paths import REPO
 from tests.support.prometheus import promtool
 
 WEEK = 7 * 86400
@@ -126,3 +129,16 @@ def test_waste_alert_waits_its_for_duration(tmp_path):
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
     result = promtool("test", "rules", str(tmp_path / "test.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_documented_join_attributes_every_held_gpu(backfilled):
+    doc = (REPO / "docs" / "economics.md").read_text()
+    join = re.search(r"```promql\n(.*?)```", doc, re.S).group(1)
+    result = backfilled.prom.query(join, at=backfilled.end)
+    held = [g for g in world.gpus() if g.pod]
+    assert len(result) == len(held)
+    got = {(r["metric"]["namespace"], r["metric"]["pod"]) for r in result}
+    assert got == {(g.namespace, g.pod) for g in held}
+    by_pod = {r["metric"]["pod"]: r["metric"] for r in result}
+    assert by_pod["rc-notebooks-workers-0"]["raycluster"] == "rc-notebooks"
+    assert by_pod["bert-worker-0"]["local_queue"] == "lq-b"
