@@ -131,13 +131,18 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> tuple[float, str]:
     return time.perf_counter() - t, text
 
 
+# young collections every 50 000 net allocations instead of 700: the passes allocate in bursts of
+# short-lived objects, and each young collection that promotes a burst brings the next full one closer
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
 def proposed_loop() -> None:
     """In the controller subprocess: the proposed ``Controller.run_pass`` (see the module doc).
 
     The snapshot is built by one ``SnapshotBuilder`` per controller with ``await build_async(...)``;
     the rest of the pass is the current ``run_pass`` (handed the snapshot just built); after the
     first synced pass, ``gc.collect(); gc.freeze()`` moves the caches' long-lived views out of the
-    cyclic collector's reach; ``/metrics`` is rendered in a worker thread (``asyncio.to_thread``) and
+    cyclic collector's reach and ``gc.set_threshold(*GC_THRESHOLDS)`` makes collections rarer; ``/metrics`` is rendered in a worker thread (``asyncio.to_thread``) and
     ``/healthz`` fails while a watch is stale (``WatchCache.healthy``).
     """
     import gc
@@ -171,6 +176,7 @@ def proposed_loop() -> None:
             self._bench_frozen = True
             gc.collect()
             gc.freeze()
+            gc.set_threshold(*GC_THRESHOLDS)
         return out
 
     def app(self: Any) -> web.Application:
@@ -213,6 +219,7 @@ def _watch_stalls(limit: float) -> None:
     from autoscaler.controller import loop
 
     beat = [time.monotonic()]
+    t0 = time.monotonic()
     main = threading.get_ident()
     start = loop.Controller.start
 
@@ -234,8 +241,21 @@ def _watch_stalls(limit: float) -> None:
                 reported = beat[0]
                 frame = sys._current_frames().get(main)
                 stack = "".join(traceback.format_stack(frame, limit=14)) if frame else "?"
-                print(f"--- loop stalled {late * 1000:.0f} ms (so far) in:\n{stack}", file=sys.stderr, flush=True)
+                print(f"--- loop stalled {late * 1000:.0f} ms (so far) at t={time.monotonic() - t0:.1f} s in:\n{stack}",
+                      file=sys.stderr, flush=True)
 
+    import gc
+
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_start[0] = time.monotonic()
+        elif info["generation"] == 2 and time.monotonic() - gc_start[0] > limit / 4:
+            print(f"--- full gc {1000 * (time.monotonic() - gc_start[0]):.0f} ms, {info['collected']} collected",
+                  file=sys.stderr, flush=True)
+
+    gc.callbacks.append(on_gc)
     loop.Controller.start = started
     threading.Thread(target=watchdog, daemon=True).start()
 
@@ -280,6 +300,8 @@ async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, 
                     raise RuntimeError("controller did not sync")
                 await asyncio.sleep(0.1)
             sync_s = time.perf_counter() - start
+            if args.stalls:
+                print(f"--- synced at t={sync_s:.1f} s", file=sys.stderr, flush=True)
             rss_sync, _ = rss_mib(proc.pid)
             # steady state: a GPU poll and several passes; /healthz is polled all along, so its worst
             # latency is how long a pass (snapshot + deciders) held the controller's event loop
