@@ -16,13 +16,14 @@ APT_PACKAGES := prometheus prometheus-alertmanager gcc libc6-dev
 HELM3 := tools/bin/helm3
 HELM4 := tools/bin/helm4
 
-.PHONY: demo test bench setup venv apt helm proto lint generate check-generated fetch-shared clean help
+.PHONY: demo test bench setup venv apt helm proto lint generate check-generated fetch-shared clean help image image-push
 
 help:
 	@echo "make demo   - run the whole system, simulated, in one process (no cluster, no GPU)"
 	@echo "make test   - set up everything and run every check CI runs"
 	@echo "make bench  - run the benchmarks, tables and plots land in benchmarks/results/"
 	@echo "make generate - regenerate dashboards, alert rules, docs/metrics.md and gRPC stubs"
+	@echo "make image  - build the controller/exporter image (IMAGE=, TAG=; make image-push for multi-arch)"
 	@echo "make fetch-shared - fetch the pinned upstream CRDs and traces into .shared/ (outside this workplace)"
 
 $(STAMP): pyproject.toml
@@ -80,6 +81,17 @@ demo: $(DEMO_STAMP)
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+# the controller/exporter image (docs/install.md): a local build, or a multi-arch build pushed to IMAGE
+IMAGE ?= ghcr.io/queuepilot/queuepilot
+TAG ?= $(shell $(PYTHON) -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
+PLATFORMS ?= linux/amd64,linux/arm64
+
+image:
+	docker build -t $(IMAGE):$(TAG) .
+
+image-push:
+	docker buildx build --platform $(PLATFORMS) -t $(IMAGE):$(TAG) --push .
 
 fetch-shared:
 	bash tools/fetch-shared.sh .shared
