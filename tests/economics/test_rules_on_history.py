@@ -27,7 +27,42 @@ def test_promtool_accepts_the_rules_with_and_without_prices(tmp_path):
         path.write_text(ec.render(config))
         result = promtool("check", "rules", "--lint-fatal", str(path))
         assert result.returncode == 0, result.stdout + result.stderr
-    assert "cost" not in ec.render(ec.EconomicsConfig())
+    unpriced = ec.rule_file(ec.EconomicsConfig())
+    assert "queuepilot-economics-prices" not in [g["name"] for g in unpriced["groups"]]
+
+
+def test_price_precedence_flavor_then_model_then_default(tmp_path):
+    """promtool's unit test of the cost rules: per GPU the flavor price wins, then the model, then *."""
+    config = ec.EconomicsConfig(interval="1m").with_prices(["f1=5", "m1=3", "f2=7", "*=1"])
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(ec.render(config))
+    team = 'namespace="t",local_queue="lq",cluster_queue="cq"'
+    gpus = [  # (flavor, model, busy): priced 5 (flavor), 5 (flavor beats model), 3 (model), 1 (default)
+        ('flavor="f1",modelName="m9"', "0.5"), ('flavor="f1",modelName="m1"', "1"),
+        ('modelName="m1"', "0.25"), ('modelName="m9"', "0"),
+    ]
+    test = {
+        "rule_files": [rules.name],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'{ec.GPU_BUSY}{{{team},gpu="{i}",Hostname="n",pod="p{i}",{labels}}}', "values": f"{busy}x5"}
+                for i, (labels, busy) in enumerate(gpus)
+            ],
+            "promql_expr_test": [
+                {"expr": ec.team_metric(ec.COST), "eval_time": "2m",
+                 "exp_samples": [{"labels": f'{ec.team_metric(ec.COST)}{{{team},currency="USD"}}',
+                                  "value": 5 + 5 + 3 + 1}]},
+                {"expr": ec.team_metric(ec.EFFECTIVE_COST), "eval_time": "2m",
+                 "exp_samples": [{"labels": f'{ec.team_metric(ec.EFFECTIVE_COST)}{{{team},currency="USD"}}',
+                                  "value": 5 * 0.5 + 5 * 1 + 3 * 0.25 + 1 * 0}]},
+            ],
+        }],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = promtool("test", "rules", str(tmp_path / "test.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_prometheus_loaded_every_rule(backfilled):
