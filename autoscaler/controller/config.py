@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--leader-elect", action=argparse.BooleanOptionalAction, default=True, help="elect a leader on a Lease")
     a("--lease-name", default="queuepilot-controller", metavar="NAME", help="name of the leader-election Lease")
     a("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"), metavar="NAMESPACE",
-      help="namespace of the Lease (default from $POD_NAMESPACE)")
+      help="namespace of the Lease (the default is $POD_NAMESPACE when set)")
     a("--identity", default="", help="leader-election identity (empty: $POD_NAME, else the host name)")
     a("--lease-duration-seconds", type=positive_seconds, default=15.0, metavar="SECONDS",
       help="how long a Lease holds without renewal")

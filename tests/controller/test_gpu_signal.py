@@ -4,6 +4,7 @@ and garbage / failing / slow answers (counted, last good data kept with its old 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 
 import aiohttp
@@ -12,6 +13,7 @@ import pytest
 from autoscaler.core.snapshot import PodKey
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
+from tests.support.ports import free_port
 from tests.support.prometheus import run_prometheus
 
 
@@ -87,6 +89,9 @@ async def test_scrape_mode_and_its_failures(answers):
             assert errors[kind] == 1
             check_reading(sig.reading)  # last good data kept ...
             assert sig.reading.observed_at == 100.0  # ... with its old age, so it turns stale
+            assert sig.last_error is not None and sig.last_error.startswith(
+                f"scraping exporter monitoring/exporter-h1 failed: {kind}")
+            assert sig.status()["failed_exporters"] == ["monitoring/exporter-h1"]
         answers.mode = "ok"
         targets.append(("monitoring/exporter-dead", "http://127.0.0.1:1"))
         await sig.poll(now=300.0)
@@ -95,6 +100,7 @@ async def test_scrape_mode_and_its_failures(answers):
         targets.pop()
         await sig.poll(now=400.0)
         assert sig.reading.observed_at == 400.0
+        assert sig.last_error is None and sig.status()["ok"]
 
 
 async def test_scrape_discovery_failure_is_counted():
@@ -107,3 +113,94 @@ async def test_scrape_discovery_failure_is_counted():
         sig = ScrapeGpuSignal(session, discover, (lambda k: errors.update([k])))
         await sig.poll(now=1.0)
         assert errors == Counter({"connection": 1}) and sig.reading.observed_at is None
+
+
+class FakePrometheus:
+    """An HTTP server answering /api/v1/query as scripted: an HTML page (a proxy or Grafana at the
+    configured URL), or an empty success vector."""
+
+    def __init__(self) -> None:
+        self.mode = "html"
+        self.url = ""
+
+    async def query(self, _):
+        from aiohttp import web
+
+        if self.mode == "html":
+            return web.Response(text="<html><body>Grafana</body></html>", content_type="text/html")
+        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+
+@pytest.fixture
+async def fake_prometheus():
+    from aiohttp import web
+
+    fp = FakePrometheus()
+    app = web.Application()
+    app.router.add_get("/api/v1/query", fp.query)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    fp.url = f"http://127.0.0.1:{port}"
+    yield fp
+    await runner.cleanup()
+
+
+async def test_an_unreachable_prometheus_is_named_once_then_on_change_and_its_recovery_once(fake_prometheus, caplog):
+    errors: Counter[str] = Counter()
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with aiohttp.ClientSession() as session:
+        sig = PrometheusGpuSignal(session, dead, (lambda k: errors.update([k])), timeout=1.0)
+        with caplog.at_level(logging.INFO, logger="queuepilot.gpu"):
+            for i in range(20):  # 20 polls in a row: one line, not twenty
+                await sig.poll(now=100.0 + i)
+        assert errors == Counter({"connection": 20})  # every failure is still counted
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(f"GPU signal from Prometheus {dead}: cannot connect (")
+        assert lines[0].endswith("; no GPU data read yet (connection)")
+        assert sig.last_error is not None and sig.last_error.startswith(f"Prometheus {dead}: cannot connect")
+        st = sig.status()
+        assert (st["ok"], st["error"], st["failing_since"], st["failures"], st["observed_at"]) == (
+            False, "connection", 100.0, 20, None)
+
+        # the URL now answers, but it is not Prometheus (an HTML page): named, with a hint
+        caplog.clear()
+        sig._url = fake_prometheus.url
+        with caplog.at_level(logging.INFO, logger="queuepilot.gpu"):
+            await sig.poll(now=200.0)
+            await sig.poll(now=201.0)
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert "is not JSON (text/html; charset=utf-8); is this a Prometheus server? check --prometheus-url" in line
+        assert line.endswith("(bad_response); the problem changed")
+        assert errors["bad_response"] == 2 and sig.status()["failing_since"] == 100.0
+
+        caplog.clear()
+        fake_prometheus.mode = "ok"
+        with caplog.at_level(logging.INFO, logger="queuepilot.gpu"):
+            await sig.poll(now=300.0)
+            await sig.poll(now=301.0)
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line.startswith(f"GPU signal from Prometheus {dead}: recovered after 22 failed attempts")
+        assert sig.last_error is None and sig.status()["ok"] and sig.reading.observed_at == 301.0
+
+
+async def test_a_404_names_the_url_as_not_prometheus(caplog):
+    from aiohttp import web
+
+    app = web.Application()  # a web server without the Prometheus API: every path is 404
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    errors: Counter[str] = Counter()
+    try:
+        async with aiohttp.ClientSession() as session:
+            sig = PrometheusGpuSignal(session, f"http://127.0.0.1:{port}", (lambda k: errors.update([k])))
+            with caplog.at_level(logging.WARNING, logger="queuepilot.gpu"):
+                await sig.poll(now=1.0)
+    finally:
+        await runner.cleanup()
+    assert errors == Counter({"not_found": 1})
+    assert "HTTP 404 for /api/v1/query; is this a Prometheus server? check --prometheus-url" in caplog.text

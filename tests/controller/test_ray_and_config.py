@@ -312,3 +312,45 @@ def test_webhook_flags_need_certificates_and_a_valid_section(tmp_path):
     with pytest.raises(ConfigError, match="namespace"):
         parse_config(["--webhook-listen", "0.0.0.0:9443", "--webhook-cert-dir", str(tmp_path),
                       "--config", str(cfg)], env={})
+
+
+async def test_start_up_line_and_an_unreachable_prometheus_logged_once(fake_api, tmp_path):
+    """The real process: its first line says what runs; a dead --prometheus-url polled every 0.2 s is
+    named once (not on every poll) while the counter keeps counting."""
+    port, dead = free_port(), f"http://127.0.0.1:{free_port()}"
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "w") as err:  # noqa: ASYNC230 (set-up)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "queuepilot", "controller", "--kubeconfig", str(fake_api.kubeconfig_path),
+            "--listen", f"127.0.0.1:{port}", "--identity", "proc-2", "--dry-run", "--prometheus-url", dead,
+            "--gpu-poll-seconds", "0.2", cwd=REPO, stderr=err, env={**os.environ, "KUBERNETES_SERVICE_HOST": ""},
+        )
+    try:
+        async def ready():
+            try:
+                return (await http_get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
+            except OSError:
+                return False
+
+        await eventually(ready, timeout=30)
+
+        async def counted_ten():
+            _, text = await http_get(f"http://127.0.0.1:{port}/metrics")
+            line = next((x for x in text.splitlines()
+                         if x.startswith('queuepilot_source_errors_total{kind="connection",source="gpu"}')), "")
+            return line and float(line.split()[-1]) >= 10
+
+        await eventually(counted_ten, timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    log = err_path.read_text()
+    (start,) = [x for x in log.splitlines() if " started against " in x]
+    for part in (f"metrics on 127.0.0.1:{port}", "mode dry-run", "leader election on (lease default/queuepilot-controller, "
+                 "identity proc-2)", f"GPU signal prometheus {dead}", "AdmissionCheck controller queuepilot.io/gpu-capacity",
+                 "webhook off"):
+        assert part in start, (part, start)
+    gpu_lines = [x for x in log.splitlines() if "GPU signal from Prometheus" in x]
+    assert len(gpu_lines) == 1, gpu_lines
+    assert f"GPU signal from Prometheus {dead}: cannot connect" in gpu_lines[0]
+    assert "Traceback" not in log
