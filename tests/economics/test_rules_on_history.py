@@ -177,3 +177,14 @@ def test_the_documented_join_attributes_every_held_gpu(backfilled):
     by_pod = {r["metric"]["pod"]: r["metric"] for r in result}
     assert by_pod["rc-notebooks-workers-0"]["raycluster"] == "rc-notebooks"
     assert by_pod["bert-worker-0"]["local_queue"] == "lq-b"
+
+
+def test_chart_copy_with_its_tokens_filled_in_is_the_default_rule_file():
+    text = ec.render_chart()
+    defaults = ec.EconomicsConfig()
+    filled = text.replace("__QP_RUNBOOK_BASE_URL__", defaults.runbook_base_url)
+    filled = filled.replace(f"__QP_FOR_{ec.ALERT_NAME}:{defaults.waste_for}__", defaults.waste_for)
+    for field, key in ec.CHART_THRESHOLDS.items():
+        filled = filled.replace(f"__QP_T_{key}__", ec.fmt_number(getattr(defaults, field)))
+    assert "__QP_" not in filled
+    assert yaml.safe_load(filled) == yaml.safe_load(ec.render(defaults))
