@@ -99,6 +99,31 @@ SCALE_DECISIONS_TOTAL = MetricSpec(
     "count", ("namespace", "raycluster", "group", "direction", "reason", "mode"), "STABLE", "scaling policy",
 )
 
+RECLAIMED_WORKERS_TOTAL = MetricSpec(
+    "queuepilot_reclaimed_workers_total", "counter",
+    "Ray workers queuepilot deleted by name (workersToDelete), by why: reason=empty (nothing ran on it) or "
+    "reason=idle_actor (Ray actors/tasks on it were killed: killed work); mode=dry_run counts the would-be deletions.",
+    "count", ("namespace", "raycluster", "group", "reason", "mode"), "ALPHA", "scaling policy",
+)
+
+# --- stalled workloads ------------------------------------------------------------------------------------
+STALLED_WORKLOADS = MetricSpec(
+    "queuepilot_stalled_workloads", "gauge",
+    "Admitted workloads whose GPUs have all stayed under the stall threshold for the stall window, per ClusterQueue.",
+    "count", ("cluster_queue",), "ALPHA", "stall detector",
+)
+STALLED_WORKLOAD_GPUS = MetricSpec(
+    "queuepilot_stalled_workload_gpus", "gauge",
+    "GPUs held by stalled workloads, per ClusterQueue.",
+    "count", ("cluster_queue",), "ALPHA", "stall detector",
+)
+STALL_DEACTIVATIONS_TOTAL = MetricSpec(
+    "queuepilot_stall_deactivations_total", "counter",
+    "Stalled workloads deactivated (spec.active: false) in opted-in ClusterQueues or namespaces; mode=dry_run counts "
+    "the would-be deactivations (nothing is written in dry-run).",
+    "count", ("cluster_queue", "mode"), "ALPHA", "stall detector",
+)
+
 # --- self -----------------------------------------------------------------------------------------------
 IS_LEADER = MetricSpec(
     "queuepilot_controller_is_leader", "gauge",
@@ -171,7 +196,8 @@ QUEUE_FAMILIES = (QUEUE_PENDING_WORKLOADS, QUEUE_OLDEST_PENDING, QUEUE_PENDING_G
 CAPACITY_FAMILIES = (FLAVOR_GPUS, FLAVOR_LARGEST_FREE_BLOCK)
 ADMISSION_FAMILIES = (ADMISSION_DECISIONS_TOTAL, ADMISSION_DECISION_SECONDS, RESERVED_GPUS)
 RAY_FAMILIES = (RAY_WORKERS, RAY_PENDING_GPUS, RAY_GPU_UTILIZATION, RAY_IDLE_GPUS)
-SCALING_FAMILIES = (SCALE_DECISIONS_TOTAL,)
+SCALING_FAMILIES = (SCALE_DECISIONS_TOTAL, RECLAIMED_WORKERS_TOTAL)
+STALL_FAMILIES = (STALLED_WORKLOADS, STALLED_WORKLOAD_GPUS, STALL_DEACTIVATIONS_TOTAL)
 SELF_FAMILIES = (
     IS_LEADER, RECONCILE_SECONDS, WATCH_RESTARTS_TOTAL, SIGNAL_AGE_SECONDS, SIGNAL_STALE,
     SOURCE_ERRORS_TOTAL, WRITE_ERRORS_TOTAL, WRITES_TOTAL, OBJECTS_IN_WRITE_BACKOFF, EVENTS_DEDUPLICATED_TOTAL,
@@ -179,7 +205,8 @@ SELF_FAMILIES = (
 )
 
 CATALOG: tuple[MetricSpec, ...] = (
-    *QUEUE_FAMILIES, *CAPACITY_FAMILIES, *ADMISSION_FAMILIES, *RAY_FAMILIES, *SCALING_FAMILIES, *SELF_FAMILIES,
+    *QUEUE_FAMILIES, *CAPACITY_FAMILIES, *ADMISSION_FAMILIES, *RAY_FAMILIES, *SCALING_FAMILIES, *STALL_FAMILIES,
+    *SELF_FAMILIES,
 )
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 
@@ -187,4 +214,5 @@ FLAVOR_STATES = ("nominal", "healthy", "unhealthy", "allocated", "free")
 WORKER_KINDS = ("current", "desired", "min", "max")
 DIRECTIONS = ("up", "down", "hold")
 MODES = ("live", "dry_run")  # the ``mode`` label of the decision counters
-WRITE_RESOURCES = ("workloads/status", "admissionchecks/status", "rayclusters", "events")  # ``resource`` of writes
+WRITE_RESOURCES = ("workloads/status", "workloads", "admissionchecks/status", "rayclusters", "events")
+RECLAIM_KINDS = ("empty", "idle_actor")  # the ``reason`` label of queuepilot_reclaimed_workers_total  # ``resource`` of writes

@@ -2,8 +2,9 @@
 
 Gauges that describe the cluster are rendered per scrape from the latest snapshot by
 ``autoscaler.controller.collector``; what happens *between* snapshots (decisions, writes, errors, watch
-restarts, admissions observed) is counted here, and so is the number of objects whose writes are
-held back after failures (set by the writers' guard as it changes).  One instance per process, on a private registry.
+restarts, admissions observed, workers reclaimed, workloads deactivated) is counted here, and so are
+the number of objects whose writes are held back after failures (set by the writers' guard as it
+changes) and the stalled workloads per ClusterQueue (set by the stall reconciler each pass).  One instance per process, on a private registry.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
     return Counter(spec.name, spec.help, labelnames=spec.labels, registry=registry)
 
 
+def _gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
+    return Gauge(spec.name, spec.help, labelnames=spec.labels, registry=registry)
+
+
 def _histogram(spec: MetricSpec, registry: CollectorRegistry, buckets: tuple[float, ...]) -> Histogram:
     return Histogram(spec.name, spec.help, labelnames=spec.labels, buckets=buckets, registry=registry)
 
@@ -28,6 +33,10 @@ class ControllerCounters:
         self.admission_decisions = _counter(m.ADMISSION_DECISIONS_TOTAL, registry)
         self.admission_decision_seconds = _histogram(m.ADMISSION_DECISION_SECONDS, registry, m.DECISION_BUCKETS)
         self.scale_decisions = _counter(m.SCALE_DECISIONS_TOTAL, registry)
+        self.reclaimed_workers = _counter(m.RECLAIMED_WORKERS_TOTAL, registry)
+        self.stall_deactivations = _counter(m.STALL_DEACTIVATIONS_TOTAL, registry)
+        self.stalled_workloads = _gauge(m.STALLED_WORKLOADS, registry)
+        self.stalled_workload_gpus = _gauge(m.STALLED_WORKLOAD_GPUS, registry)
         self.reconcile_seconds = _histogram(m.RECONCILE_SECONDS, registry, m.RECONCILE_BUCKETS)
         self.watch_restarts = _counter(m.WATCH_RESTARTS_TOTAL, registry)
         self.source_errors = _counter(m.SOURCE_ERRORS_TOTAL, registry)
@@ -35,8 +44,7 @@ class ControllerCounters:
         self.writes = _counter(m.WRITES_TOTAL, registry)
         self.webhook_reviews = _counter(m.WEBHOOK_REVIEWS_TOTAL, registry)
         self.events_deduplicated = _counter(m.EVENTS_DEDUPLICATED_TOTAL, registry)
-        spec = m.OBJECTS_IN_WRITE_BACKOFF
-        self.write_backoff = Gauge(spec.name, spec.help, labelnames=spec.labels, registry=registry)
+        self.write_backoff = _gauge(m.OBJECTS_IN_WRITE_BACKOFF, registry)
         for resource in m.WRITE_RESOURCES:  # a series at 0 for each, not "no data"
             self.write_backoff.labels(resource=resource).set(0)
 

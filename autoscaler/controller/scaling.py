@@ -8,7 +8,8 @@ group's history is rolled back so the unwritten change does not count against th
 
 Explained: ``scale_decisions_total{namespace,raycluster,group,direction,reason}`` counts each
 decision that is written or differs from the group's previous one (an unchanged hold is not
-counted every pass); an Event on the RayCluster for every write and every new hold reason
+counted every pass); ``reclaimed_workers_total{...,reason}`` counts each worker deleted by name,
+``reason="idle_actor"`` when Ray actors/tasks on it were killed (killed work), else ``"empty"``; an Event on the RayCluster for every write and every new hold reason
 (Warning for stale signals, infeasible demand and ``NotScalableUnderKueue``, Normal otherwise);
 malformed annotations give a Warning ``MalformedAnnotation`` Event once per distinct text.
 Published: ``desired_replicas`` and ``idle_gpus`` per group, decision lines for the TUI.
@@ -146,6 +147,11 @@ class ScalingReconciler:
         mode = "dry_run" if self.dry_run else "live"
         self.ctx.counters.scale_decisions.labels(namespace=d.namespace, raycluster=d.cluster, group=d.group,
                                                  direction=d.direction, reason=d.reason, mode=mode).inc()
+        if wrote or would:
+            for pod in d.workers_to_delete:  # killed work: the pods that held Ray actors/tasks
+                kind = "idle_actor" if pod in d.reclaimed else "empty"
+                self.ctx.counters.reclaimed_workers.labels(namespace=d.namespace, raycluster=d.cluster, group=d.group,
+                                                           reason=kind, mode=mode).inc()
         if not (wrote or would) and d.reason in _QUIET_REASONS and not d.infeasible:
             return
         message = d.message + (f"; infeasible: {'; '.join(d.infeasible)}" if d.infeasible else "")

@@ -29,6 +29,8 @@ PENDING_DEMAND = "PendingDemand"
 IDLE_WORKERS = "IdleWorkers"
 IDLE_WORKERS_QUEUE_PRESSURE = "IdleWorkersQueuePressure"
 IDLE_ACTORS_RECLAIMED = "IdleActorsReclaimed"
+IDLE_WORKERS_REPLACED = "IdleWorkersReplaced"
+RECENT_SCALE_UP = "RecentScaleUp"
 KEPT_FOR_UTILIZATION_TARGET = "KeptForUtilizationTarget"
 WITHIN_TARGET = "WithinTarget"
 BELOW_MIN_REPLICAS = "BelowMinReplicas"
@@ -65,6 +67,10 @@ MEANING: dict[str, str] = {
     IDLE_WORKERS_QUEUE_PRESSURE: "Scale down: idle workers, with the shorter idle window while other queues wait.",
     IDLE_ACTORS_RECLAIMED: ("Scale down (reclaim-idle-actors on): among the idle workers some hold Ray actors/tasks "
                             "with the GPU under the idle threshold for the idle window; those are killed."),
+    IDLE_WORKERS_REPLACED: ("Replace (reclaim-idle-actors on, Ray demand for the group queued): workers whose GPUs "
+                            "stayed under the idle threshold for the reclaim window are deleted by name and fresh "
+                            "ones launched for the queued work; Ray actors/tasks on them are killed."),
+    RECENT_SCALE_UP: "Hold: no worker is removed within down-after-up of queuepilot launching workers in the group.",
     KEPT_FOR_UTILIZATION_TARGET: "Scale down of idle workers limited so the rest stay under the utilization target.",
     WITHIN_TARGET: "Hold: no pending demand and no idle worker past its window.",
     BELOW_MIN_REPLICAS: "Scale up: replicas below minReplicas.",

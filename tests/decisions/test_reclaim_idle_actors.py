@@ -1,5 +1,6 @@
 """Opt-in idle-actor reclaim: workers whose Ray actors/tasks leave the GPU idle may go, only when on,
-only after the full idle window, never while pending Ray demand could use them."""
+only after the full reclaim window; while pending Ray demand could use them they are replaced
+(deleted by name, replicas kept so that fresh workers are launched for the queue)."""
 
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def test_config_rejects_a_non_boolean():
         scaling_defaults({"scaling": {"reclaim_idle_actors": "maybe"}})
 
 
-def test_needs_the_full_idle_window():
-    d = decide(_cluster(), hist({"actor": NOW - D.idle_window_seconds + 30}))
+def test_needs_the_full_reclaim_window():
+    d = decide(_cluster(), hist({"actor": NOW - D.reclaim_window_seconds + 30}))
     assert d.workers_to_delete == ()
     d = decide(_cluster(), {})  # first seen now: the timer starts
     assert d.workers_to_delete == ()
@@ -89,10 +90,16 @@ def test_queue_pressure_does_not_shorten_the_actor_window():
     assert d.reason == R.IDLE_ACTORS_RECLAIMED and set(d.workers_to_delete) == {"actor", "free"}
 
 
-def test_not_while_pending_demand_could_use_the_worker():
-    # one pending 1-GPU task, absorbed by a starting worker: no scale-up, but no reclaim either
+def test_while_pending_demand_could_use_the_worker_it_is_replaced():
+    # one pending 1-GPU task, absorbed by a starting worker: no scale-up; the actor-held worker is
+    # deleted by name with replicas kept, so a fresh worker takes its place; the starting one stays
     ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True), worker("new", phase="Pending", ready=False)]
     d = decide(_cluster(workers=ws, demand=[gpu_demand(1)]), hist({"actor": LONG_AGO}))
+    assert (d.reason, d.desired, d.current, d.write) == (R.IDLE_WORKERS_REPLACED, 3, 3, "replicas")
+    assert d.workers_to_delete == ("actor",) and d.reclaimed == ("actor",)
+    assert "which are killed" in d.message and "fresh ones for the queued work" in d.message
+    # off: nothing is replaced
+    d = decide(_cluster(annotations={}, workers=ws, demand=[gpu_demand(1)]), hist({"actor": LONG_AGO}))
     assert d.workers_to_delete == () and d.direction == "hold"
 
 
@@ -136,7 +143,7 @@ def _case(draw):
     on = draw(st.booleans())
     rc = ray_cluster([group(workers=ws, gpus=1)], annotations=ON if on else {}, demand=demand,
                      in_tree=draw(st.booleans()))
-    since = {w.pod: NOW - draw(st.sampled_from([0.0, 60.0, 300.0, 599.0, 600.0, 3600.0])) for w in ws}
+    since = {w.pod: NOW - draw(st.sampled_from([0.0, 60.0, 89.0, 90.0, 299.0, 300.0, 3600.0])) for w in ws}
     return rc, since, on, draw(st.booleans())
 
 
@@ -155,8 +162,15 @@ def test_reclaim_properties(case):
         assert w.gpu_utilization is not None and w.gpu_utilization < D.idle_gpu_utilization
         assert w.ready and w.phase == "Running" and w.ray_busy is not None
         if w.ray_busy:  # ... and with Ray work only when reclaim is on, allowed, and after the full window
-            assert on and not rc.in_tree_autoscaler and not usable
-            assert NOW - since[pod] >= D.idle_window_seconds
-            assert d.reason == R.IDLE_ACTORS_RECLAIMED
+            assert on and not rc.in_tree_autoscaler
+            assert NOW - since[pod] >= D.reclaim_window_seconds
+            assert d.reason in (R.IDLE_ACTORS_RECLAIMED, R.IDLE_WORKERS_REPLACED)
+            assert pod in d.reclaimed
+        else:
+            assert pod not in d.reclaimed
+        if usable and on:  # while the queue could use the group, a worker goes only to be replaced
+            assert d.reason == R.IDLE_WORKERS_REPLACED and d.desired >= d.current
+            assert NOW - since[pod] >= D.reclaim_window_seconds
+    assert len([p for p in d.workers_to_delete if by_pod[p].ray_busy]) <= D.reclaim_budget_per_hour
     if not on:
-        assert d.reason != R.IDLE_ACTORS_RECLAIMED
+        assert d.reason not in (R.IDLE_ACTORS_RECLAIMED, R.IDLE_WORKERS_REPLACED) and d.reclaimed == ()

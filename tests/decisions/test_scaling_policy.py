@@ -75,7 +75,8 @@ def waiting_elsewhere(minutes: float):
 def test_queue_pressure_uses_the_shorter_window_and_drops_the_floor():
     ws = [worker("w0", util=0.95), worker("w1", util=0.0, busy=False), worker("w2", util=0.0, busy=False)]
     rc = ray_cluster([group(workers=ws)], cq="cq-a")
-    hist = idle_hist("w1", "w2", since=NOW - 180)  # 3 min: past the 2 min pressured window, not the 10 min one
+    # 75 s: past the 60 s pressured window, not the 90 s one
+    hist = idle_hist("w1", "w2", since=NOW - 75)
     quiet = one(decide(rc, snapshot(ray=[rc]), hist))
     assert (quiet.direction, quiet.reason) == ("hold", R.WITHIN_TARGET)
     busy = one(decide(rc, snapshot(ray=[rc], workloads=[waiting_elsewhere(12)]), hist))
@@ -199,12 +200,20 @@ def test_annotations_override_and_malformed_warns():
     assert any("unknown annotation queuepilot.io/target-gpu-utilisation" in w for w in r.warnings)
 
 
-def test_scale_down_stabilization_uses_history():
+def test_scale_down_stabilization_uses_history_but_not_for_empty_workers():
+    """The stabilization window smooths recommendations (here: replicas whose pods were never made);
+    it does not hold back workers that sat empty for their idle window."""
     ws = [worker("w0", util=0.0, busy=False), worker("w1", util=0.0, busy=False)]
     hist = {"gpu": GroupHistory(recommendations=((NOW - 100, 2),), idle_since=frozen_map({"w0": LONG_AGO,
                                                                                           "w1": LONG_AGO}))}
     d = one(decide(ray_cluster([group(workers=ws)]), history=hist))
-    assert (d.desired, d.reason, d.write) == (2, R.SCALE_DOWN_STABILIZED, "none")
+    assert (d.desired, d.reason, d.write) == (0, R.IDLE_WORKERS, "replicas")
+    assert set(d.workers_to_delete) == {"w0", "w1"}
+    # 4 replicas, 2 busy pods, no demand: the 2 never-made replicas wait for the window
+    busy = [worker("w0", util=0.9, busy=True), worker("w1", util=0.9, busy=True)]
+    hist = {"gpu": GroupHistory(recommendations=((NOW - 100, 4),))}
+    d = one(decide(ray_cluster([group(workers=busy, replicas=4)]), history=hist))
+    assert (d.desired, d.reason, d.write) == (4, R.SCALE_DOWN_STABILIZED, "none")
 
 
 def test_min_replicas_respected():
@@ -239,8 +248,8 @@ def test_idle_message_names_the_utilization_signal(source):
     rc = ray_cluster([group(workers=ws)])
     named = one(decide(rc, snap=_with_gpus(rc, source), history=idle_hist("w0", "w1")))
     plain = one(decide(rc, snap=_with_gpus(rc, ""), history=idle_hist("w0", "w1")))
-    assert f"(GPU {source} under 5%, no Ray work) for 10m" in named.message
-    assert "(GPU use under 5%, no Ray work) for 10m" in plain.message
+    assert f"(GPU {source} under 5%, no Ray work) for 1.5m" in named.message
+    assert "(GPU use under 5%, no Ray work) for 1.5m" in plain.message
     # only the text differs
     assert replace(named, message="") == replace(plain, message="")
 

@@ -377,8 +377,9 @@ async def test_without_an_api_client_nothing_is_written():
 
 
 async def test_idle_actor_reclaim_names_the_actor_held_worker(fake_api, world, make_ctx):
-    """With queuepilot.io/reclaim-idle-actors, a worker whose actor keeps the GPU at 0 % for the idle
-    window is deleted by name with the truly idle one; the busy worker stays; the Event says so."""
+    """With queuepilot.io/reclaim-idle-actors, the empty worker goes after the short idle window, and
+    the worker whose actor keeps the GPU at 0 % for the reclaim window is deleted by name after it;
+    the busy worker stays; the Event says so and the killed work is counted."""
     base_world(world)
     world.add(k.ray_cluster("rc", replicas=3, hi=4, annotations={"queuepilot.io/reclaim-idle-actors": "true"}),
               *(k.worker_pod("rc", f"rc-gpu-{i}") for i in range(3)))
@@ -387,13 +388,19 @@ async def test_idle_actor_reclaim_names_the_actor_held_worker(fake_api, world, m
     ctx = make_ctx()
     rec = ScalingReconciler(ctx)
     await rec.reconcile(world.snapshot(T0), T0)  # idle timers start
-    await rec.reconcile(world.snapshot(T0 + 300), T0 + 300)  # inside the 600 s idle window
+    await rec.reconcile(world.snapshot(T0 + 60), T0 + 60)  # inside the 90 s idle window
     assert world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]["replicas"] == 3
-    await rec.reconcile(world.snapshot(T0 + 610), T0 + 610)
+    await rec.reconcile(world.snapshot(T0 + 100), T0 + 100)  # the empty worker goes, the actor's stays
     g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
-    assert g["replicas"] == 1
-    assert sorted(g["scaleStrategy"]["workersToDelete"]) == ["rc-gpu-1", "rc-gpu-2"]
+    assert (g["replicas"], g["scaleStrategy"]["workersToDelete"]) == (2, ["rc-gpu-2"])
+    world.kuberay_sync("rc")
+    await rec.reconcile(world.snapshot(T0 + 310), T0 + 310)  # past the 300 s reclaim window
+    g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
+    assert (g["replicas"], g["scaleStrategy"]["workersToDelete"]) == (1, ["rc-gpu-1"])
     await rec.events.drain()
     assert any(e[2] == R.IDLE_ACTORS_RECLAIMED and "rc-gpu-1" in e[3] and "killed" in e[3] for e in events(fake_api))
+    labels = {"namespace": "team-a", "raycluster": "rc", "group": "gpu", "mode": "live"}
+    assert sample(ctx.registry, "queuepilot_reclaimed_workers_total", {**labels, "reason": "idle_actor"}) == 1
+    assert sample(ctx.registry, "queuepilot_reclaimed_workers_total", {**labels, "reason": "empty"}) == 1
     assert_rbac(fake_api)
     await rec.close()

@@ -22,7 +22,12 @@ Formats (docs/autoscaling.md has examples):
                                             1-100000, period 1-1800 s, window 0-3600 s)
 ``queuepilot.io/scale-down-policy``         ``"Pods:1:60;select=Min;window=5m"``
 ``queuepilot.io/reclaim-idle-actors``       ``"true"``: workers whose Ray actors leave the GPU idle may go
-                                            (the actors are killed); ``"false"`` (default)
+                                            (the actors are killed), also replaced while Ray demand
+                                            queues; ``"false"`` (default)
+``queuepilot.io/reclaim-window``            duration the GPU must stay under the idle threshold to reclaim
+``queuepilot.io/reclaim-grace``             duration: workers younger than this are never reclaimed
+``queuepilot.io/reclaim-budget``            whole number 0-1000: most workers reclaimed per hour
+``queuepilot.io/down-after-up``             duration 0-1h: no worker removed this long after a launch
 =========================================== ==========================================================
 """
 
@@ -33,10 +38,12 @@ from dataclasses import replace
 
 from autoscaler.core.policy.behavior import ScalingRules
 from autoscaler.core.policy.config import (
+    MAX_RECLAIM_BUDGET,
     ScalingDefaults,
     brief_repr,
     format_rules,
     parse_bool,
+    parse_count,
     parse_duration,
     parse_fraction,
     parse_ratio,
@@ -73,6 +80,15 @@ _FIELDS: dict[str, tuple[str, Setter]] = {
     PREFIX + "scale-down-policy": ("scale_down", lambda v, p: replace(p, scale_down=parse_rules(v, p.scale_down))),
     PREFIX + "reclaim-idle-actors": (
         "reclaim_idle_actors", lambda v, p: replace(p, reclaim_idle_actors=parse_bool(v))),
+    PREFIX + "reclaim-window": (
+        "reclaim_window_seconds", lambda v, p: replace(p, reclaim_window_seconds=parse_duration(v))),
+    PREFIX + "reclaim-grace": (
+        "reclaim_grace_seconds", lambda v, p: replace(p, reclaim_grace_seconds=parse_duration(v))),
+    PREFIX + "reclaim-budget": (
+        "reclaim_budget_per_hour",
+        lambda v, p: replace(p, reclaim_budget_per_hour=parse_count(v, "reclaim-budget", 0, MAX_RECLAIM_BUDGET))),
+    PREFIX + "down-after-up": (
+        "down_after_up_seconds", lambda v, p: replace(p, down_after_up_seconds=parse_duration(v))),
 }
 KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *_FIELDS})
 

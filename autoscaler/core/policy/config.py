@@ -259,8 +259,10 @@ class ScalingDefaults:
 
     target_gpu_utilization: float = 0.7
     idle_gpu_utilization: float = 0.05  # a worker whose GPUs are below this (and has no Ray work) is idle
-    idle_window_seconds: float = 600.0
-    pressured_idle_window_seconds: float = 120.0  # used while other queues wait past queue_pressure_wait
+    # an empty worker (no Ray work, GPU/CPU under the idle threshold) goes after this window; the
+    # scale-down stabilization window does not hold its removal back (it smooths recommendations)
+    idle_window_seconds: float = 90.0
+    pressured_idle_window_seconds: float = 60.0  # used while other queues wait past queue_pressure_wait
     queue_pressure_wait_seconds: float = 300.0
     target_cpu_utilization: float = 0.7  # CPU-only groups
     target_memory_utilization: float = 0.8  # CPU-only groups
@@ -271,6 +273,17 @@ class ScalingDefaults:
     # opt-in: a GPU worker whose GPU stayed under idle_gpu_utilization for idle_window counts as idle
     # even with Ray actors/tasks on it (they are killed when it goes); docs/autoscaling.md
     reclaim_idle_actors: bool = False
+    # with reclaim_idle_actors: how long the GPU must stay under idle_gpu_utilization on a worker Ray
+    # reports work on (or, while Ray demand for the group queues, on any worker) before it is reclaimed
+    reclaim_window_seconds: float = 300.0
+    # with reclaim_idle_actors: a worker younger than this is never reclaimed (start-up: image pull,
+    # data loading keep the GPU idle)
+    reclaim_grace_seconds: float = 600.0
+    # with reclaim_idle_actors: at most this many workers reclaimed per RayCluster in any hour
+    reclaim_budget_per_hour: int = 4
+    # no worker of a group is removed (scale-down, empty worker, reclaim) within this long after
+    # queuepilot launched workers in it (a scale-up or a replacement)
+    down_after_up_seconds: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("target_gpu_utilization", "target_cpu_utilization", "target_memory_utilization",
@@ -280,8 +293,16 @@ class ScalingDefaults:
                 raise ValueError(f"scaling.{name} must be in (0, 1], got {brief_repr(v)}")
         if not _is_number(self.tolerance) or not 0 <= self.tolerance < 1:
             raise ValueError(f"scaling.tolerance must be in [0, 1), got {brief_repr(self.tolerance)}")
-        for name in ("idle_window_seconds", "pressured_idle_window_seconds", "queue_pressure_wait_seconds"):
+        for name in ("idle_window_seconds", "pressured_idle_window_seconds", "queue_pressure_wait_seconds",
+                     "reclaim_window_seconds", "reclaim_grace_seconds", "down_after_up_seconds"):
             _check_duration_field("scaling", name, getattr(self, name))
+        if self.down_after_up_seconds > MAX_DOWN_AFTER_UP_SECONDS:
+            raise ValueError(f"scaling.down_after_up must be at most {MAX_DOWN_AFTER_UP_SECONDS:g}s, "
+                             f"got {brief_repr(self.down_after_up_seconds)}")
+        if (isinstance(self.reclaim_budget_per_hour, bool) or not isinstance(self.reclaim_budget_per_hour, int)
+                or not 0 <= self.reclaim_budget_per_hour <= MAX_RECLAIM_BUDGET):
+            raise ValueError(f"scaling.reclaim_budget_per_hour must be a whole number in [0, {MAX_RECLAIM_BUDGET}], "
+                             f"got {brief_repr(self.reclaim_budget_per_hour)}")
         if self.pressured_idle_window_seconds > self.idle_window_seconds:
             raise ValueError("scaling.pressured_idle_window must not exceed scaling.idle_window")
         for name in ("scale_up", "scale_down"):
@@ -289,6 +310,10 @@ class ScalingDefaults:
                 raise ValueError(f"scaling.{name} must be scaling rules, not {brief_repr(getattr(self, name))}")
         if not isinstance(self.reclaim_idle_actors, bool):
             raise ValueError(f"scaling.reclaim_idle_actors must be true or false, not {brief_repr(self.reclaim_idle_actors)}")
+
+
+MAX_RECLAIM_BUDGET = 1000  # reclaims per RayCluster per hour
+MAX_DOWN_AFTER_UP_SECONDS = 3600.0
 
 
 def _is_number(v: object) -> TypeGuard[int | float]:
@@ -331,6 +356,8 @@ def _from_section(cls: type[_Section], section: object, name: str) -> _Section:
                 changes[k] = parse_fraction(raw)
             elif k in ("reclaim_idle_actors", "check_cpu_memory") and k in names:
                 changes[k] = parse_bool(raw)
+            elif k == "reclaim_budget_per_hour" and k in names:
+                changes[k] = parse_count(raw, k, 0, MAX_RECLAIM_BUDGET)
             elif k == "max_retries" and k in names:
                 changes[k] = None if raw is None else parse_count(raw, "max_retries")
             elif k in names:

@@ -20,25 +20,32 @@ steps do; the reason of the last step that changed the value is the decision's r
      still starting, and replicas whose pods were never created, absorb that many -> ``current +
      ceil(workers / numOfHosts)``, reason ``PendingDemand``.  Bundles no worker can hold, and those
      Ray marks INFEASIBLE, go to ``infeasible``, never to a scale-up;
-   - *idle workers*: a Running, ready worker is idle when its GPU utilization (CPU utilization for
-     CPU-only groups) is under the idle threshold **and** Ray reports no work on it (``ray_busy`` is
-     False; unknown counts as busy); it may go once idle for the idle window — the shorter pressured
-     window while another ClusterQueue has a GPU workload waiting longer than
-     ``queue_pressure_wait`` -> ``existing pods - removable``, reason ``IdleWorkers`` /
-     ``IdleWorkersQueuePressure`` (under pressure the scale-down stabilization window is also cut
-     to the pressured idle window, else the 300 s default would outlast it).  Without queue
-     pressure the HPA utilization rule (``ceil(ready * mean / target)`` outside the tolerance) is a floor, so the remaining workers
-     stay under the target (``KeptForUtilizationTarget``).  Multi-host groups (numOfHosts > 1) are
-     not scaled down by idleness.  With ``reclaim_idle_actors`` (opt-in; in-tree autoscaler off;
-     no pending Ray demand of the cluster fits the group) a GPU worker Ray reports work on also
-     counts once its GPU stayed under the threshold for the full idle window -> ``IdleActorsReclaimed``
-     (its actors are killed).  Messages name the GPU utilization series when the GPU signal says
-     which one it used (``utilization_source``); decisions never depend on it.
+   - *empty workers*: a Running, ready worker is empty when its GPU utilization (CPU utilization
+     for CPU-only groups) is under the idle threshold **and** Ray reports no work on it
+     (``ray_busy`` is False; unknown counts as busy); it goes once empty for the idle window (90 s
+     by default) — the shorter pressured window while another ClusterQueue has a GPU workload
+     waiting longer than ``queue_pressure_wait`` -> ``existing pods - removable``, reason
+     ``IdleWorkers`` / ``IdleWorkersQueuePressure``.  Without queue pressure the HPA utilization
+     rule (``ceil(ready * mean / target)`` outside the tolerance) is a floor, so the remaining
+     workers stay under the target (``KeptForUtilizationTarget``).  Multi-host groups
+     (numOfHosts > 1) are not scaled down by idleness.
+   - *reclaim* (``reclaim_idle_actors``, opt-in; in-tree autoscaler off; GPU groups): a worker Ray
+     reports work on also counts once its GPU stayed under the threshold for the reclaim window
+     and it is older than the grace period -> ``IdleActorsReclaimed`` (its actors are killed).
+     While pending Ray demand of the cluster fits the group, such workers (idle actor or empty)
+     are replaced instead: named in ``workersToDelete`` with replicas kept (plus what the queue
+     needs), so KubeRay launches fresh ones -> ``IdleWorkersReplaced``.  At most
+     ``reclaim_budget_per_hour`` workers per RayCluster in any hour (``GroupHistory.reclaims``).
+     Messages name the GPU utilization series when the GPU signal says which one it used
+     (``utilization_source``); decisions never depend on it.
 4. **Headroom** (Kueue-managed elastic clusters): never more new GPUs than the ClusterQueue can
    still admit on the group's flavor, cohort borrowing included (``policy.quota``) ->
    ``QuotaHeadroomLimit`` and an ``infeasible`` entry.
 5. **Behaviour normalisation** (``behavior.normalize``): stabilization windows, Pods/Percent step
-   limits per period, ``[min, max]``.
+   limits per period, ``[min, max]``.  The scale-down stabilization window smooths
+   recommendations; it does not hold back removing workers idle for their own window.  Then the
+   down-after-up rule: no scale-down within ``down_after_up_seconds`` of a launch this group's
+   history records (a scale-up or a replacement we wrote) -> ``RecentScaleUp``.
 6. **Write plan**: in-tree autoscaler off -> ``write="replicas"`` with ``workers_to_delete`` naming the
    idlest removable pods (lowest utilization, longest idle); in-tree autoscaler on -> ``write=
    "min_max"``: ``maxReplicas`` is lowered to shed idle workers (Ray's autoscaler then removes
@@ -103,6 +110,7 @@ Waiting = tuple[float, WorkloadState]  # (seconds waited, workload)
 OwnedWorkloads = Mapping[tuple[str, str], Sequence[WorkloadState]]  # (namespace, RayCluster) -> Workloads
 
 _CHECKED = ("GPU", "CPU", "memory")
+RECLAIM_BUDGET_PERIOD = 3600.0  # the reclaim budget counts the workers reclaimed in this many seconds
 
 
 class Step(NamedTuple):
@@ -123,12 +131,16 @@ class GroupHistory:
     idle_since: Mapping[str, float] = field(default_factory=frozen_map)  # pod -> first seen idle
     user_max: int | None = None  # in-tree autoscaler case: the user's maxReplicas
     written_max: int | None = None  # the maxReplicas we last wrote
+    last_launch: float | None = None  # when we last launched workers here (scale-up or replacement)
+    reclaims: tuple[float, ...] = ()  # one entry per worker reclaimed, for the hourly budget
 
     def rollback(self, old: GroupHistory) -> GroupHistory:
         """This pass's history after its write failed: keep what was observed (recommendations, idle
-        timers, the user's maxReplicas) and forget the change that did not happen (the scale event
-        and the maxReplicas written), so that it does not count against the step limits."""
-        return replace(self, scale_events=old.scale_events, written_max=old.written_max)
+        timers, the user's maxReplicas) and forget the change that did not happen (the scale event,
+        the maxReplicas written, the launch and the reclaims), so that it does not count against the
+        step limits, the down-after-up hold or the reclaim budget."""
+        return replace(self, scale_events=old.scale_events, written_max=old.written_max,
+                       last_launch=old.last_launch, reclaims=old.reclaims)
 
     def pruned(self, policy: ScalingDefaults, now: float) -> GroupHistory:
         """Without the recommendations and scale events older than any window or period still looks back."""
@@ -138,7 +150,18 @@ class GroupHistory:
             self,
             recommendations=tuple((t, r) for t, r in self.recommendations if now - t < keep_rec),
             scale_events=tuple((t, d) for t, d in self.scale_events if now - t < keep_ev),
+            reclaims=tuple(t for t in self.reclaims if now - t < RECLAIM_BUDGET_PERIOD),
         )
+
+    def reclaims_in_period(self, now: float) -> int:
+        """Workers reclaimed in this group during the last hour (the budget's period)."""
+        return sum(1 for t in self.reclaims if now - t < RECLAIM_BUDGET_PERIOD)
+
+    def launch_hold(self, policy: ScalingDefaults, now: float) -> float:
+        """Seconds left of the down-after-up hold (0 when no launch is that recent)."""
+        if self.last_launch is None:
+            return 0.0
+        return max(0.0, policy.down_after_up_seconds - (now - self.last_launch))
 
     def seeing_max(self, max_replicas: int) -> GroupHistory:
         """In-tree autoscaler case: a maxReplicas that is not the one we wrote is the user's."""
@@ -171,6 +194,8 @@ class GroupDecision:
     infeasible: tuple[str, ...] = ()
     clear_workers_to_delete: bool = False
     resource_version: str = ""
+    # the pods of ``workers_to_delete`` that hold Ray actors/tasks (their work is killed)
+    reclaimed: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -465,14 +490,20 @@ def _idle_now(w: RayWorker, gpu_group: bool, policy: ScalingDefaults, reclaim: b
     return u is not None and u < threshold
 
 
+def _old_enough(w: RayWorker, grace: float | None, now: float) -> bool:
+    """Past the reclaim grace period (a worker of unknown age counts from when it was first seen idle)."""
+    return grace is None or w.created_at is None or now - w.created_at >= grace
+
+
 def idle_workers(
     group: WorkerGroupState, policy: ScalingDefaults, idle_since: Mapping[str, float], window: float, now: float,
-    *, reclaim: bool = False, actor_window: float | None = None,
+    *, reclaim: bool = False, actor_window: float | None = None, grace: float | None = None,
 ) -> tuple[dict[str, float], list[RayWorker]]:
     """(new idle_since map, workers idle for at least ``window``, idlest first).
 
     ``reclaim``: GPU workers Ray reports work on also count when their GPU stayed under the idle
-    threshold; those need ``actor_window`` (default ``window``) of it to be removable.
+    threshold; those need ``actor_window`` (default ``window``) of it to be removable, and to be at
+    least ``grace`` seconds old.
     """
     gpu_group = group.gpus_per_worker > 0
     since: dict[str, float] = {}
@@ -481,8 +512,9 @@ def idle_workers(
         if _idle_now(w, gpu_group, policy, reclaim):
             t = idle_since.get(w.pod, now)
             since[w.pod] = t
-            need = window if w.ray_busy is False or actor_window is None else actor_window
-            if now - t >= need:
+            empty = w.ray_busy is False or actor_window is None
+            need = window if empty or actor_window is None else actor_window
+            if now - t >= need and (empty or _old_enough(w, grace, now)):
                 removable.append(w)
     removable.sort(key=lambda w: (_util(w, gpu_group) or 0.0, since[w.pod], w.pod))
     return since, removable
@@ -627,15 +659,18 @@ class _GroupCase:
     pending_gpus: int
     pending_bundles: int
     stale_list: bool  # workersToDelete is set and names only pods that are gone
+    reclaim_budget: int = 0  # workers the cluster may still reclaim in this hour
 
     @classmethod
     def of(cls, ctx: ScalingContext, cluster: RayClusterState, group: WorkerGroupState, policy: ScalingDefaults,
-           demand: Sequence[DemandRun], infeasible_demand: tuple[str, ...], pressure: str) -> _GroupCase:
+           demand: Sequence[DemandRun], infeasible_demand: tuple[str, ...], pressure: str,
+           reclaim_budget: int = 0) -> _GroupCase:
         existing = {w.pod for w in group.workers}
         return cls(ctx, cluster, group, policy, tuple(demand), infeasible_demand, pressure,
                    pending_gpus=int(sum(b.get("GPU", 0.0) * n for b, _, n in demand)),
                    pending_bundles=sum(n for _, _, n in demand),
-                   stale_list=bool(group.workers_to_delete) and not (set(group.workers_to_delete) & existing))
+                   stale_list=bool(group.workers_to_delete) and not (set(group.workers_to_delete) & existing),
+                   reclaim_budget=reclaim_budget)
 
     @property
     def now(self) -> float:
@@ -666,7 +701,7 @@ class _GroupCase:
         self, direction: Direction, reason: str, message: str, desired: int, *,
         workers_to_delete: tuple[str, ...] = (), write: WriteMode = "none", new_min: int | None = None,
         new_max: int | None = None, idle_gpus: int = 0, infeasible: tuple[str, ...] = (),
-        clear_workers_to_delete: bool = False,
+        clear_workers_to_delete: bool = False, reclaimed: tuple[str, ...] = (),
     ) -> GroupDecision:
         return GroupDecision(
             namespace=self.cluster.namespace, cluster=self.cluster.name, group=self.group.name, direction=direction,
@@ -674,7 +709,7 @@ class _GroupCase:
             min_replicas=self.group.min_replicas, max_replicas=self.group.max_replicas,
             workers_to_delete=workers_to_delete, write=write, new_min=new_min, new_max=new_max, idle_gpus=idle_gpus,
             pending_gpus=self.pending_gpus, infeasible=infeasible, clear_workers_to_delete=clear_workers_to_delete,
-            resource_version=self.cluster.resource_version,
+            resource_version=self.cluster.resource_version, reclaimed=reclaimed,
         )
 
     def hold(self, step: Step, *, may_clear: bool = False) -> GroupDecision:
@@ -698,6 +733,11 @@ class _Workers:
     starting: int  # workers asked for and not Running and ready yet
     unmade: int  # replicas asked for whose pods do not exist
     add_workers: int  # workers to add: need less those already on the way
+    # reclaim-idle-actors while Ray demand for the group queues: workers to delete by name and launch
+    # afresh (GPU under the threshold for the reclaim window, past the grace period, within budget)
+    replaceable: tuple[RayWorker, ...] = ()
+    hold_left: float = 0.0  # seconds left of the down-after-up hold
+    held_back: str = ""  # why reclaimable workers were kept (budget, down-after-up hold)
 
 
 # 1. guards ---------------------------------------------------------------------------------------
@@ -734,14 +774,43 @@ def _signal_freshness(case: _GroupCase) -> Step:
 
 # 3. recommendation -------------------------------------------------------------------------------
 def _observe(case: _GroupCase, h: GroupHistory) -> _Workers:
-    group, policy, in_tree = case.group, case.policy, case.in_tree
+    group, policy, in_tree, now = case.group, case.policy, case.in_tree, case.now
     window = policy.pressured_idle_window_seconds if case.pressure else policy.idle_window_seconds
-    # idle-actor reclaim (opt-in): only where queuepilot names the pods to delete (in-tree off), and
-    # only while no pending Ray demand of the cluster could run on this group's workers
-    reclaim = policy.reclaim_idle_actors and case.gpu_group and not in_tree and not _demand_fits_group(
-        case.cluster, group)
-    since, removable = idle_workers(group, policy, h.idle_since, window, case.now, reclaim=reclaim,
-                                    actor_window=policy.idle_window_seconds)
+    # idle-actor reclaim (opt-in): only where queuepilot names the pods to delete (in-tree off).
+    # While pending Ray demand of the cluster could run on this group's workers, a reclaimed worker is
+    # replaced (deleted by name, a fresh one launched for the queue); otherwise it simply goes.
+    reclaim = policy.reclaim_idle_actors and case.gpu_group and not in_tree
+    queued = reclaim and _demand_fits_group(case.cluster, group)
+    since, removable = idle_workers(group, policy, h.idle_since, window, now, reclaim=reclaim,
+                                    actor_window=policy.reclaim_window_seconds, grace=policy.reclaim_grace_seconds)
+    hold_left = h.launch_hold(policy, now)
+    held_back = ""
+    replaceable: list[RayWorker] = []
+    if queued:
+        # replace: any worker (idle actor or empty) whose GPU stayed under the threshold for the reclaim
+        # window, past the grace period; no removal while the group waits for a launch to land
+        removable = []
+        if case.hosts == 1:
+            replaceable = [w for w in group.workers if w.pod in since and now - since[w.pod] >= policy.reclaim_window_seconds
+                           and _old_enough(w, policy.reclaim_grace_seconds, now)]
+            replaceable.sort(key=lambda w: (w.gpu_utilization or 0.0, since[w.pod], w.pod))
+    elif reclaim:
+        # plain scale-down: the workers holding Ray work count against the budget
+        held = [w for w in removable if w.ray_busy is True]
+        if len(held) > case.reclaim_budget:
+            drop = {w.pod for w in held[case.reclaim_budget:]}
+            removable = [w for w in removable if w.pod not in drop]
+            held_back = (f"{len(drop)} worker(s) with idle Ray actors kept: reclaim budget of "
+                         f"{policy.reclaim_budget_per_hour}/h used")
+    if len(replaceable) > case.reclaim_budget:
+        held_back = (f"{len(replaceable) - case.reclaim_budget} idle worker(s) not replaced: reclaim budget of "
+                     f"{policy.reclaim_budget_per_hour}/h used")
+        replaceable = replaceable[: case.reclaim_budget]
+    if replaceable and hold_left > 0:
+        held_back = (f"{len(replaceable)} idle worker(s) not replaced yet: workers were launched "
+                     f"{policy.down_after_up_seconds - hold_left:.0f}s ago (down-after-up "
+                     f"{policy.down_after_up_seconds:g}s)")
+        replaceable = []
     idle_gpus = sum(w.gpus or group.gpus_per_worker for w in removable) if case.gpu_group else 0
     cap = _capacity(group)
     need = workers_needed(case.demand, cap) if case.demand else 0
@@ -755,16 +824,24 @@ def _observe(case: _GroupCase, h: GroupHistory) -> _Workers:
               if case.hosts == 1 and not in_tree else 0)
     return _Workers(window=window, idle_since=frozen_map(since), removable=tuple(removable), idle_gpus=idle_gpus,
                     cap=cap, need=need, starting=starting, unmade=unmade,
-                    add_workers=max(0, need - starting - unmade))
+                    add_workers=max(0, need - starting - unmade), replaceable=tuple(replaceable),
+                    hold_left=hold_left, held_back=held_back)
 
 
 def _recommend(case: _GroupCase, ws: _Workers) -> Step:
     """The HPA "calculate" step: replicas for the pending demand, or without the idle workers."""
     current = case.current
     if ws.add_workers > 0:
-        return Step(current + math.ceil(ws.add_workers / case.hosts), R.PENDING_DEMAND,
+        step = Step(current + math.ceil(ws.add_workers / case.hosts), R.PENDING_DEMAND,
                     f"{case.pending_bundles} pending Ray bundle(s) ({case.pending_gpus} GPUs) need {ws.need} "
                     f"worker(s) of {_shape_text(ws.cap)}; {ws.starting} starting")
+        if ws.replaceable:
+            return Step(step.value, R.IDLE_WORKERS_REPLACED, f"{step.message}; {_replace_text(case, ws)}")
+        return step if not ws.held_back else Step(step.value, step.reason, f"{step.message}; {ws.held_back}")
+    if ws.replaceable:
+        return Step(current - max(0, ws.unmade - max(0, ws.need - ws.starting)), R.IDLE_WORKERS_REPLACED,
+                    f"{case.pending_bundles} pending Ray bundle(s) ({case.pending_gpus} GPUs) queued; "
+                    + _replace_text(case, ws))
     if ws.removable and case.hosts == 1:
         return _idle_step(case, ws)
     # keep the unmade replicas pending demand still needs; drop the rest (they would start idle)
@@ -796,8 +873,10 @@ def _idle_step(case: _GroupCase, ws: _Workers) -> Step:
         gpu = f"GPU {source}" if source else "the GPU"
         reason = R.IDLE_ACTORS_RECLAIMED
         msg += (f"; {len(held)} of them hold Ray actors/tasks with {gpu} under "
-                f"{policy.idle_gpu_utilization:.0%} for {policy.idle_window_seconds / 60:g}m "
+                f"{policy.idle_gpu_utilization:.0%} for {policy.reclaim_window_seconds / 60:g}m "
                 f"(reclaim-idle-actors: their actors are killed): {', '.join(held[:10])}")
+    if ws.held_back:
+        msg += f"; {ws.held_back}"
     if not pressure:
         gpu_source = utilization_source(case.ctx.snapshot, case.cluster.namespace,
                                         case.group.workers) if case.gpu_group else ""
@@ -807,6 +886,19 @@ def _idle_step(case: _GroupCase, ws: _Workers) -> Step:
             reason = R.KEPT_FOR_UTILIZATION_TARGET
             msg += f"; keeping {raw} for the utilization target ({detail})"
     return Step(raw, reason, msg)
+
+
+def _replace_text(case: _GroupCase, ws: _Workers) -> str:
+    policy = case.policy
+    source = utilization_source(case.ctx.snapshot, case.cluster.namespace, ws.replaceable)
+    gpu = f"GPU {source}" if source else "GPU"
+    held = [w.pod for w in ws.replaceable if w.ray_busy is True]
+    text = (f"replacing {len(ws.replaceable)} worker(s) whose {gpu} stayed under {policy.idle_gpu_utilization:.0%} "
+            f"for {policy.reclaim_window_seconds / 60:g}m with fresh ones for the queued work "
+            f"(reclaim-idle-actors): {', '.join(w.pod for w in ws.replaceable[:10])}")
+    if held:
+        text += f"; {len(held)} of them hold Ray actors/tasks, which are killed: {', '.join(held[:10])}"
+    return text + (f"; {ws.held_back}" if ws.held_back else "")
 
 
 # 4. headroom -------------------------------------------------------------------------------------
@@ -832,17 +924,37 @@ def _unmet(case: _GroupCase, wanted: int, allowed: Step, ws: _Workers) -> tuple[
 
 
 # 5. behaviour normalisation ----------------------------------------------------------------------
-def _behaviour(case: _GroupCase, h: GroupHistory, raw: int) -> Step:
-    """``behavior.normalize``: stabilization, step limits, [min, max].  While others wait, the
-    scale-down window is at most the pressured idle window (else the 300 s default would outlast it)."""
+_IDLE_REMOVAL = frozenset({R.IDLE_WORKERS, R.IDLE_WORKERS_QUEUE_PRESSURE, R.IDLE_ACTORS_RECLAIMED,
+                           R.KEPT_FOR_UTILIZATION_TARGET})
+
+
+def _behaviour(case: _GroupCase, h: GroupHistory, raw: int, reason: str) -> Step:
+    """``behavior.normalize``: stabilization, step limits, [min, max].  The scale-down stabilization
+    window smooths recommendations; it does not hold back the removal of workers idle for their
+    window (``reason`` is an idle-removal reason), which their own window already debounces.  While
+    others wait, the scale-down window is at most the pressured idle window (else the 300 s default
+    would outlast it)."""
     policy = case.policy
     down: ScalingRules = policy.scale_down
-    if case.pressure and down.stabilization_window_seconds > policy.pressured_idle_window_seconds:
+    if reason in _IDLE_REMOVAL and raw < case.current:
+        down = replace(down, stabilization_window_seconds=0)
+    elif case.pressure and down.stabilization_window_seconds > policy.pressured_idle_window_seconds:
         down = replace(down, stabilization_window_seconds=int(policy.pressured_idle_window_seconds))
     g = case.group
     norm = normalize(raw, case.current, g.min_replicas, g.max_replicas, h.recommendations, h.scale_events,
                      policy.scale_up, down, case.now)
     return Step(norm.replicas, norm.reason, norm.message)
+
+
+def _down_after_up(case: _GroupCase, ws: _Workers, final: int) -> Step:
+    """No scale-down within down-after-up of a launch in this group (a scale-up or a replacement we
+    wrote): the new workers get the time to start and take work before anything goes."""
+    if final < case.current and ws.hold_left > 0:
+        policy = case.policy
+        return Step(case.current, R.RECENT_SCALE_UP,
+                    f"workers were launched {policy.down_after_up_seconds - ws.hold_left:.0f}s ago: no scale-down "
+                    f"for {policy.down_after_up_seconds:g}s after a launch (next in {ws.hold_left:.0f}s)")
+    return Step(final, "", "")
 
 
 # 6. write plan -----------------------------------------------------------------------------------
@@ -852,18 +964,31 @@ def _write_replicas(case: _GroupCase, ws: _Workers, h: GroupHistory, final: int,
     current = case.current
     direction: Direction = "up" if final > current else "down" if final < current else "hold"
     to_delete: tuple[str, ...] = ()
+    removed: tuple[RayWorker, ...] = ()
     if final < current:
-        to_delete = tuple(w.pod for w in ws.removable[: current - ws.unmade - final])
+        removed = ws.removable[: current - ws.unmade - final]
+    elif ws.replaceable:
+        removed = ws.replaceable  # deleted by name; replicas kept, so KubeRay launches fresh ones
+        reason = R.IDLE_WORKERS_REPLACED
+    to_delete = tuple(w.pod for w in removed)
+    reclaimed = tuple(w.pod for w in removed if w.ray_busy is True)
     changed = final != current
     if changed:
         h = h.scaled(case.now, final - current)
-    if not changed and case.stale_list:
+    if final > current or (to_delete and final >= current):
+        h = replace(h, last_launch=case.now)
+    if case.policy.reclaim_idle_actors and (reclaimed or (to_delete and final >= current)):
+        # the budget counts every worker reclaimed: those holding Ray work, and every replacement
+        n = len(to_delete) if final >= current else len(reclaimed)
+        h = replace(h, reclaims=(*h.reclaims, *([case.now] * n)))
+    if not changed and not to_delete and case.stale_list:
         reason, msg = R.WORKERS_DELETED, f"the pods in workersToDelete are gone; clearing it ({msg})"
-    verb = {"up": "scale up", "down": "scale down", "hold": "hold"}[direction]
+    verb = {"up": "scale up", "down": "scale down", "hold": "replace" if to_delete else "hold"}[direction]
     text = f"{verb} {current} -> {final}: {msg}" + (f"; deleting {', '.join(to_delete)}" if to_delete else "")
+    write: WriteMode = "replicas" if changed or case.stale_list or to_delete else "none"
     return case.decision(direction, reason, text, final, workers_to_delete=to_delete,
-                         write="replicas" if changed or case.stale_list else "none", idle_gpus=ws.idle_gpus,
-                         infeasible=infeasible, clear_workers_to_delete=case.stale_list and not to_delete), h
+                         write=write, idle_gpus=ws.idle_gpus, infeasible=infeasible,
+                         clear_workers_to_delete=case.stale_list and not to_delete, reclaimed=reclaimed), h
 
 
 def _write_max(case: _GroupCase, ws: _Workers, h: GroupHistory, final: int, reason: str, msg: str,
@@ -913,7 +1038,10 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
     infeasible = _unmet(case, raw, capped, ws)
     if capped.reason:
         raw, reason, msg = capped.value, capped.reason, f"{msg}; {capped.message}"
-    final, why, more = _behaviour(case, h, raw)
+    final, why, more = _behaviour(case, h, raw, reason)
+    if why:
+        reason, msg = why, f"{msg}; {more}"
+    final, why, more = _down_after_up(case, ws, final)
     if why:
         reason, msg = why, f"{msg}; {more}"
     h = replace(h, recommendations=(*h.recommendations, (case.now, raw)))
@@ -952,12 +1080,17 @@ def decide_scaling(
     pressure = context.pressure(cluster, policy.queue_pressure_wait_seconds)
     decisions = []
     new_hist: dict[str, GroupHistory] = {}
+    # the reclaim budget is the cluster's: every group's reclaims of the last hour count
+    budget = max(0, policy.reclaim_budget_per_hour - sum(h.reclaims_in_period(now) for h in history.values()))
     for group in cluster.groups:
         # unscoped infeasible demand is reported once, on the first group
         mine = tuple(infeasible.get(group.name, ())) + (tuple(infeasible.get(None, ())) if group is cluster.groups[0]
                                                         else ())
-        case = _GroupCase.of(context, cluster, group, policy, demand.get(group.name, []), mine, pressure)
-        d, h = _decide_group(case, history.get(group.name, GroupHistory()))
+        case = _GroupCase.of(context, cluster, group, policy, demand.get(group.name, []), mine, pressure,
+                             reclaim_budget=budget)
+        old = history.get(group.name, GroupHistory())
+        d, h = _decide_group(case, old)
+        budget = max(0, budget - (h.reclaims_in_period(now) - old.reclaims_in_period(now)))
         decisions.append(d)
         new_hist[group.name] = h
     return ScalingResult(decisions=tuple(decisions), history=frozen_map(new_hist), warnings=warnings)
