@@ -105,14 +105,14 @@ async def collect(
 ) -> Report:
     async with aiohttp.ClientSession() as session:
         prom = PrometheusClient(url, session, request_timeout_s)
-        names = await prom._get("/api/v1/label/__name__/values")
+        names = await prom.metric_names()
         progress("metric names")
         intervals = await prom.rule_intervals()
         progress("rule intervals")
         step_s = _step(step, intervals.get(model.GPU_BUSY), window)
         start = end - window + step_s
         empty = Report(window, end, step_s, namespace, prices, [], [], [])
-        if model.GPU_BUSY not in (names or []):
+        if model.GPU_BUSY not in names:
             empty.empty_reason = (
                 f"Prometheus has no {model.GPU_BUSY} series at all: load the economics recording rules "
                 "(alerts/economics.py) and make sure the controller exports queuepilot_pod_info"

@@ -67,6 +67,11 @@ class PrometheusClient:
         data = await self._get("/api/v1/query_range", params)
         return _series(data, expr)
 
+    async def metric_names(self) -> list[str]:
+        """Every metric name the server holds (its whole retention)."""
+        data = await self._get("/api/v1/label/__name__/values")
+        return [str(n) for n in data or []]
+
     async def rule_intervals(self) -> dict[str, float]:
         """Recording rule name -> its group's evaluation interval in seconds (what this server evaluates)."""
         data = await self._get("/api/v1/rules", {"type": "record"})
