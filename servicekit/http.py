@@ -61,6 +61,8 @@ HANDLER_ERROR = "handler_error"  # an exception in a handler (answered 500)
 REJECT_KINDS: tuple[str, ...] = (MALFORMED, HEADER_TIMEOUT, BODY_TIMEOUT, TOO_LARGE, AT_CAPACITY, ACCEPT_ERROR,
                                  TLS_HANDSHAKE, HANDLER_ERROR)
 
+# a failed TLS handshake is most often a TCP probe or a client without the CA: worth a line, not a warning
+_LEVELS = {HANDLER_ERROR: logging.ERROR, TLS_HANDSHAKE: logging.INFO}
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_PAUSE_MIN, _ACCEPT_PAUSE_MAX = 0.05, 2.0
 
@@ -249,8 +251,8 @@ class HttpServer:
                 self.on_reject(kind)
             except Exception:  # a broken metric must not break serving
                 self._throttle.log("on_reject", logging.WARNING, "%s: on_reject callback failed", self.name)
-        level = logging.ERROR if kind == HANDLER_ERROR else logging.WARNING
-        self._throttle.log(kind, level, "%s: " + msg, self.name, *args, exc_info=exc_info)
+        self._throttle.log(kind, _LEVELS.get(kind, logging.WARNING), "%s: " + msg, self.name, *args,
+                           exc_info=exc_info)
 
     # -- lifecycle
     async def start(self) -> None:
