@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
+from autoscaler import metrics as cm
 from dashboards import common as c
 
 UID = "queuepilot-economics"
@@ -140,14 +141,17 @@ def build():
             "none", f"topk(10, sum by ({GROUP_BY}) ({gpu_hours(GROUP + IDLE)}))", GROUP_LEGEND,
         ), 12, 9),
         (c.timeseries(
-            "Busy workers and GPUs held by group",
-            "Workers with at least one active GPU (engine busy or framebuffer in use) and the GPUs the "
-            "group's workers hold: a group whose busy workers stay well under its size can shrink.",
+            "Busy and current workers by group",
+            "Workers with at least one active GPU (engine busy or framebuffer in use) against the workers "
+            "the group runs and its maxReplicas (dashed): a group whose busy workers stay well under its "
+            "size can shrink.",
             "none",
             c.targets(
-                (f"sum by ({GROUP_BY}) ({GROUP}{BUSY_WORKERS}{{{T}}})", "busy workers " + GROUP_LEGEND),
-                (f"sum by ({GROUP_BY}) ({GROUP}{ALLOCATED}{{{T}}})", "GPUs held " + GROUP_LEGEND),
+                (f"sum by ({GROUP_BY}) ({GROUP}{BUSY_WORKERS}{{{T}}})", "busy " + GROUP_LEGEND),
+                (f'max by ({GROUP_BY}) ({cm.RAY_WORKERS.name}{{{T},kind="current"}})', "current " + GROUP_LEGEND),
+                (f'max by ({GROUP_BY}) ({cm.RAY_WORKERS.name}{{{T},kind="max"}})', "max " + GROUP_LEGEND),
             ),
+            capacity=True,
         ), 12, 9),
     ]
     return c.dashboard(
