@@ -4,7 +4,8 @@ A reconciler decides (pure policy) and then acts through exactly these calls; wh
 the implementation's business:
 
 - ``KubeWriter`` (``autoscaler.act.kube_writer``) talks to the Kubernetes API: server-side apply
-  of our admission-check entry, one guarded JSON patch per worker group, Events;
+  of our admission-check entry, one guarded JSON patch per worker group, a guarded merge patch
+  deactivating a stalled Workload, Events;
 - the simulator's writer applies the same calls to its simulated Kueue / KubeRay state.
 
 So the controller, the simulator and the demo run one decide -> act -> explain path: the same
@@ -20,6 +21,7 @@ from typing import Literal, Protocol
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.core.policy.admission import AdmissionDecision
 from autoscaler.core.policy.scaling import GroupDecision
+from autoscaler.core.policy.stall import StalledWorkload
 
 EventType = Literal["Normal", "Warning"]
 
@@ -47,9 +49,9 @@ class EventTarget(Protocol):
 class Writer(Protocol):
     """``dry_run`` marks shadow mode.  The reconcilers then send only what keeps Kueue admitting as it
     would without queuepilot: ``activate_check``, and ``set_check_state`` with state ``Ready`` and a
-    message that says what the live decision would have been; they never call ``patch_group`` (an
-    implementation answers ``dry_run`` without writing if it is called anyway) and keep posting
-    Events."""
+    message that says what the live decision would have been; they never call ``patch_group`` or
+    ``deactivate_workload`` (an implementation answers ``dry_run`` without writing if it is called
+    anyway) and keep posting Events."""
 
     dry_run: bool
 
@@ -63,6 +65,12 @@ class Writer(Protocol):
 
     async def patch_group(self, decision: GroupDecision, group_index: int, now: float) -> WriteOutcome:
         """Write a worker group's replicas / workersToDelete / min / max as ``decision`` says."""
+        ...
+
+    async def deactivate_workload(self, stalled: StalledWorkload, now: float) -> WriteOutcome:
+        """Set ``spec.active: false`` on the stalled Workload, pinned to the resourceVersion it was
+        decided on (Kueue then evicts it and releases its quota).  Never called in dry-run (an
+        implementation answers ``dry_run`` without writing if it is called anyway)."""
         ...
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:

@@ -1,4 +1,5 @@
-"""Which deciders the controller runs: the GPU-capacity admission check and the worker-group scaler.
+"""Which deciders the controller runs: the GPU-capacity admission check, the worker-group scaler and
+the stalled-workload detector.
 
 Both act through one ``Writer`` (``ctx.writer``; by default a ``KubeWriter`` over the API client,
 with one background Event sender); the simulator and the demo hand in their own, so all three run
@@ -14,8 +15,9 @@ from __future__ import annotations
 from autoscaler.controller.admission import AdmissionReconciler
 from autoscaler.controller.context import ControllerContext, Reconciler, writer_for
 from autoscaler.controller.scaling import ScalingReconciler
+from autoscaler.controller.stall import StallReconciler
 
 
 def build_reconcilers(ctx: ControllerContext) -> list[Reconciler]:
     writer = writer_for(ctx)
-    return [AdmissionReconciler(ctx, writer), ScalingReconciler(ctx, writer)]
+    return [AdmissionReconciler(ctx, writer), ScalingReconciler(ctx, writer), StallReconciler(ctx, writer)]

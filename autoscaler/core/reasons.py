@@ -50,6 +50,10 @@ WAITING_FOR_WORKER_DELETION = "WaitingForWorkerDeletion"
 WORKERS_DELETED = "WorkersDeleted"
 MALFORMED_ANNOTATION = "MalformedAnnotation"
 
+# --- stalled workloads -------------------------------------------------------------------------------
+STALLED_WORKLOAD = "StalledWorkload"
+STALLED_WORKLOAD_DEACTIVATED = "StalledWorkloadDeactivated"
+
 MEANING: dict[str, str] = {
     CAPACITY_CONFIRMED: "Ready: every GPU pod of the workload fits on free, healthy, unpromised GPUs of its flavor.",
     NO_GPUS_REQUESTED: "Ready: the workload requests no nvidia.com/gpu; nothing to confirm.",
@@ -89,6 +93,10 @@ MEANING: dict[str, str] = {
     WAITING_FOR_WORKER_DELETION: "Hold: pods named in workersToDelete still exist; waiting for the operator.",
     WORKERS_DELETED: "Clear workersToDelete: the pods named there are gone.",
     MALFORMED_ANNOTATION: "A queuepilot.io/* annotation could not be parsed; the default is used.",
+    STALLED_WORKLOAD: ("Warning: every GPU of an admitted workload stayed under the stall threshold for the stall "
+                       "window (hung job, notebook left open, actor holding GPUs)."),
+    STALLED_WORKLOAD_DEACTIVATED: ("A stalled workload of an opted-in ClusterQueue or namespace was deactivated "
+                                   "(spec.active: false) so that Kueue releases its quota."),
 }
 
 ADMISSION_REASONS: frozenset[str] = frozenset(
@@ -96,5 +104,6 @@ ADMISSION_REASONS: frozenset[str] = frozenset(
      FLAVOR_HAS_NO_NODES, FLAVOR_NOT_ASSIGNED, POD_LARGER_THAN_NODE, EXCEEDS_FLAVOR_CAPACITY,
      RETRY_LIMIT_EXCEEDED, GPU_SIGNAL_STALE}
 )
-SCALING_REASONS: frozenset[str] = frozenset(set(MEANING) - ADMISSION_REASONS | {GPU_SIGNAL_STALE})
+STALL_REASONS: frozenset[str] = frozenset({STALLED_WORKLOAD, STALLED_WORKLOAD_DEACTIVATED})
+SCALING_REASONS: frozenset[str] = frozenset(set(MEANING) - ADMISSION_REASONS - STALL_REASONS | {GPU_SIGNAL_STALE})
 ALL_REASONS: frozenset[str] = frozenset(MEANING)

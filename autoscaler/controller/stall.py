@@ -1,0 +1,131 @@
+"""The stalled-workload reconciler: report admitted workloads whose GPUs all sit idle, and (opt-in)
+deactivate them so that Kueue releases their quota.
+
+Per pass: ``decide_stalls`` (pure, ``autoscaler.core.policy.stall``) on the snapshot with the
+timers of the previous pass, then:
+
+- a new stall (past the stall window for the first time) -> a Warning Event ``StalledWorkload`` on
+  the Workload, once per stall, and a decision line;
+- ``queuepilot_stalled_workloads{cluster_queue}`` / ``queuepilot_stalled_workload_gpus{cluster_queue}``
+  set every pass (0 for the ClusterQueues with none, so a dashboard sees 0, not "no data");
+- in a ClusterQueue listed in ``stall.deactivate_cluster_queues`` or a namespace in
+  ``stall.deactivate_namespaces``: ``Writer.deactivate_workload`` (``spec.active: false``, pinned to
+  the snapshot's resourceVersion), then a Warning Event ``StalledWorkloadDeactivated`` naming why and
+  ``queuepilot_stall_deactivations_total{cluster_queue, mode="live"}``.  A write that did not happen
+  (409 from a newer version, an error, held back by the backoff) is decided again next pass.
+
+Dry-run: nothing is written; the would-be deactivation is reported once per stall (a Normal Event
+"(dry-run) would deactivate ...", ``mode="dry_run"``), and the StalledWorkload Events are posted as
+in a live run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+from autoscaler.act.events import ObjectRef
+from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.writer import Writer
+from autoscaler.controller.admission import remember
+from autoscaler.controller.context import ControllerContext, writer_for
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.stall import (
+    StallConfig,
+    StalledWorkload,
+    StallResult,
+    StallTrack,
+    decide_stalls,
+    stall_config,
+)
+from autoscaler.core.snapshot import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+WORKLOAD_API = "kueue.x-k8s.io/v1beta2"
+
+
+class StallReconciler:
+    name = "stall"
+
+    def __init__(self, ctx: ControllerContext, writer: Writer | None = None, config: StallConfig | None = None) -> None:
+        self.ctx = ctx
+        self.config = config or stall_config(ctx.settings)
+        self.writer = writer or writer_for(ctx)
+        self.dry_run = self.writer.dry_run
+        self.history: Mapping[str, StallTrack] = {}
+        self.result: StallResult | None = None  # last pass's, for tests and the benchmark
+        self.outcomes: list[tuple[StalledWorkload, WriteOutcome]] = []
+        self._held = ""
+        self._queues: set[str] = set()
+
+    async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
+        result = decide_stalls(snapshot, self.config, self.history, now)
+        self.result = result
+        self.outcomes = []
+        if result.held != self._held:
+            self._held = result.held
+            if result.held:
+                log.info("stall detector holds: %s", result.held)
+        history = dict(result.history)
+        for s in result.stalled:
+            try:
+                if not await self._act(s, now):
+                    history[s.key] = history[s.key].rollback_deactivation()
+            except Exception:  # one bad workload must not stop the others
+                log.exception("stall handling of %s failed", s.key)
+                self.ctx.counters.source_errors.labels(source="reconciler/stall", kind="exception").inc()
+                history[s.key] = history[s.key].rollback_deactivation()
+        self.history = history
+        self._publish(snapshot, result)
+
+    async def _act(self, s: StalledWorkload, now: float) -> bool:
+        """Report and (opted in) deactivate; False when a decided deactivation did not happen."""
+        ref = ObjectRef(WORKLOAD_API, "Workload", s.namespace, s.name, s.uid)
+        if s.new:
+            self.writer.post_event(ref, "Warning", R.STALLED_WORKLOAD, s.message, now)
+            remember(self.ctx, f"{s.key} {R.STALLED_WORKLOAD}: {s.message}")
+            log.info("stalled workload %s", s.message)
+        if not s.deactivate:
+            return True
+        queue = s.cluster_queue
+        if self.dry_run:
+            outcome = WriteOutcome("dry_run")
+            self.outcomes.append((s, outcome))
+            self.ctx.counters.stall_deactivations.labels(cluster_queue=queue, mode="dry_run").inc()
+            text = f"(dry-run) would deactivate (spec.active: false): {s.message}"
+            self.writer.post_event(ref, "Normal", R.STALLED_WORKLOAD_DEACTIVATED, text, now)
+            remember(self.ctx, f"(dry-run) {s.key} {R.STALLED_WORKLOAD_DEACTIVATED}: {s.message}")
+            return True
+        outcome = await self.writer.deactivate_workload(s, now)
+        self.outcomes.append((s, outcome))
+        if outcome.result != "written":
+            log.info("deactivating %s: %s %s; deciding again next pass", s.key, outcome.result, outcome.detail)
+            return outcome.result == "skipped" and outcome.detail == "gone"
+        self.ctx.counters.stall_deactivations.labels(cluster_queue=queue, mode="live").inc()
+        # an Event about a write names the version it was pinned to (Events are named after both)
+        self.writer.post_event(replace(ref, resource_version=s.resource_version), "Warning",
+                               R.STALLED_WORKLOAD_DEACTIVATED, s.message, now)
+        remember(self.ctx, f"{s.key} {R.STALLED_WORKLOAD_DEACTIVATED}: {s.message}")
+        log.info("deactivated stalled workload %s", s.key)
+        return True
+
+    def _publish(self, snapshot: ClusterSnapshot, result: StallResult) -> None:
+        count: dict[str, int] = {}
+        gpus: dict[str, int] = {}
+        for s in result.stalled:
+            count[s.cluster_queue] = count.get(s.cluster_queue, 0) + 1
+            gpus[s.cluster_queue] = gpus.get(s.cluster_queue, 0) + s.gpus
+        queues = set(snapshot.cluster_queues) | set(count)
+        c = self.ctx.counters
+        for q in sorted(queues):
+            c.stalled_workloads.labels(cluster_queue=q).set(count.get(q, 0))
+            c.stalled_workload_gpus.labels(cluster_queue=q).set(gpus.get(q, 0))
+        for q in self._queues - queues:  # a ClusterQueue that went away: its series go too
+            c.stalled_workloads.remove(q)
+            c.stalled_workload_gpus.remove(q)
+        self._queues = queues
+
+    async def close(self) -> None:
+        await self.writer.close()

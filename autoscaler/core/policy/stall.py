@@ -1,0 +1,264 @@
+"""Stalled workloads: admitted Kueue workloads whose GPUs all sit idle.
+
+``decide_stalls(snapshot, config, history, now)`` is pure.  A workload is *stalled* when it is
+admitted, active, not finished, requests GPUs, the GPU signal is fresh, at least one GPU is
+attributed to it, and **every** GPU attributed to it has a known utilization under
+``config.gpu_utilization`` — continuously for ``config.window_seconds``.  A hung job, a notebook
+left open, an actor holding GPUs: quota held, nothing computed.
+
+GPUs are attributed to a workload through the pods the GPU signal names (``GpuState.pod``, the
+exporter's pod labels):
+
+- the workers of a RayCluster belong to the Workload the RayCluster owns (owner kind RayCluster),
+  or, for a RayCluster a RayJob created (label ``ray.io/originated-from-cr-name``), to the RayJob's;
+- any other pod belongs to the admitted Workload of its namespace whose job name its name starts
+  with (``<job>-...``; the longest job name wins).
+
+Per stall the result says once that it is new (the caller posts a Warning ``StalledWorkload``
+Event); a stall ends when any of its GPUs goes over the threshold, its utilization becomes unknown,
+the GPU signal goes stale, or the workload is admitted again (the timer starts over, and a later
+stall is reported again).  In ClusterQueues listed in ``deactivate_cluster_queues`` or namespaces in
+``deactivate_namespaces`` (both empty by default) a stalled workload is also to be deactivated
+(``spec.active: false``: Kueue then evicts it and releases its quota), once per stall.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.config import brief_repr, parse_bool, parse_duration, parse_ratio
+from autoscaler.core.snapshot import ClusterSnapshot, GpuState, WorkloadState, frozen_map
+
+__all__ = [
+    "RAY_ORIGIN_KIND_LABEL",
+    "RAY_ORIGIN_NAME_LABEL",
+    "StallConfig",
+    "StallResult",
+    "StallTrack",
+    "StalledWorkload",
+    "decide_stalls",
+    "stall_config",
+    "workload_gpus",
+]
+
+RAY_ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
+RAY_ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
+MAX_LISTED = 1000  # entries in a deactivate_* list
+MIN_WINDOW_SECONDS = 60.0  # a shorter stall window would call a data-loading pause a stall
+
+
+@dataclass(frozen=True, slots=True)
+class StallConfig:
+    """Knobs of the stall detector (config section ``stall:``)."""
+
+    enabled: bool = True
+    gpu_utilization: float = 0.05  # a GPU under this is idle
+    window_seconds: float = 1800.0  # every GPU of the workload idle this long: stalled
+    deactivate_cluster_queues: tuple[str, ...] = ()  # opt-in: deactivate stalled workloads of these
+    deactivate_namespaces: tuple[str, ...] = ()  # opt-in: and of these namespaces
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"stall.enabled must be true or false, not {brief_repr(self.enabled)}")
+        u = self.gpu_utilization
+        if isinstance(u, bool) or not isinstance(u, int | float) or not 0 < u <= 1:
+            raise ValueError(f"stall.gpu_utilization must be in (0, 1], got {brief_repr(u)}")
+        w = self.window_seconds
+        if isinstance(w, bool) or not isinstance(w, int | float) or not MIN_WINDOW_SECONDS <= w <= 30 * 86400:
+            raise ValueError(f"stall.window must be a duration in [{MIN_WINDOW_SECONDS:g}s, 30 days], got {brief_repr(w)}")
+        for name in ("deactivate_cluster_queues", "deactivate_namespaces"):
+            items = getattr(self, name)
+            if not isinstance(items, tuple) or len(items) > MAX_LISTED or not all(
+                    isinstance(x, str) and x and len(x) <= 253 for x in items):
+                raise ValueError(f"stall.{name} must be a list of at most {MAX_LISTED} names, "
+                                 f"got {brief_repr(items)}")
+
+    def deactivates(self, wl: WorkloadState) -> bool:
+        """Whether stalled workloads like ``wl`` are to be deactivated (opted in by ClusterQueue or namespace)."""
+        return (wl.cluster_queue or "") in self.deactivate_cluster_queues or wl.namespace in self.deactivate_namespaces
+
+
+def _names(value: object, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValueError(f"{key} must be a list of names, not {brief_repr(value)}")
+    out = []
+    for v in value:
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError(f"{key}: every entry must be a non-empty name, not {brief_repr(v)}")
+        out.append(v.strip())
+    return tuple(out)
+
+
+def stall_config(settings: Mapping[str, object] | None) -> StallConfig:
+    """``StallConfig`` from the parsed configuration (its ``stall:`` section); ValueError naming the
+    key for an unknown key or a malformed value."""
+    section = (settings or {}).get("stall")
+    if not section:
+        return StallConfig()
+    if not isinstance(section, Mapping):
+        raise ValueError("config section 'stall' must be a mapping")
+    names = {f.name for f in fields(StallConfig)}
+    changes: dict[str, Any] = {}
+    for key, raw in section.items():
+        k = str(key).replace("-", "_")
+        try:
+            if k == "enabled":
+                changes[k] = parse_bool(raw)
+            elif k == "gpu_utilization":
+                changes[k] = parse_ratio(raw)
+            elif k in ("window", "window_seconds"):
+                changes["window_seconds"] = parse_duration(raw)
+            elif k in ("deactivate_cluster_queues", "deactivate_namespaces"):
+                changes[k] = _names(raw, k)
+            else:
+                raise ValueError(f"unknown key {brief_repr(key)} (known: {sorted(names - {'window_seconds'} | {'window'})})")
+        except (ValueError, TypeError, ArithmeticError) as e:
+            raise ValueError(f"config stall.{str(key)[:64]}: {e}") from None
+    try:
+        return replace(StallConfig(), **changes)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"config stall: {e}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class StallTrack:
+    """One workload's stall timer (kept by the caller between passes)."""
+
+    since: float  # first seen with every GPU under the threshold
+    admitted_at: float | None  # the admission this timer belongs to
+    reported: bool = False  # the StalledWorkload Event for this stall is due/done
+    deactivated: bool = False  # the deactivation for this stall was decided
+
+    def rollback_deactivation(self) -> StallTrack:
+        """The deactivation was not written: decide it again next pass (the writer backs off)."""
+        return replace(self, deactivated=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StalledWorkload:
+    """A workload stalled for at least the window."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    cluster_queue: str
+    owner_kind: str
+    owner_name: str
+    gpus: int  # GPUs attributed to it
+    stalled_for: float  # seconds
+    new: bool  # first pass of this stall past the window: report it
+    deactivate: bool  # opted in and not yet deactivated in this stall: deactivate it now
+    reason: str
+    message: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class StallResult:
+    stalled: tuple[StalledWorkload, ...]
+    history: Mapping[str, StallTrack] = field(default_factory=frozen_map)  # workload key -> track
+    held: str = ""  # why no workload could be judged this pass ("" when it could)
+
+
+def _by_job_name(workloads: Sequence[WorkloadState], pod: str) -> WorkloadState | None:
+    best: WorkloadState | None = None
+    for w in workloads:
+        if w.owner_name and pod.startswith(w.owner_name + "-") and (best is None or len(w.owner_name) > len(best.owner_name)):
+            best = w
+    return best
+
+
+def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]) -> dict[str, list[GpuState]]:
+    """Workload key -> the GPUs the GPU signal attributes to its pods (only ``candidates``)."""
+    by_owner = {(w.namespace, w.owner_kind, w.owner_name): w for w in candidates if w.owner_name}
+    by_ns: dict[str, list[WorkloadState]] = {}
+    for w in candidates:
+        by_ns.setdefault(w.namespace, []).append(w)
+    pod_owner: dict[tuple[str, str], str] = {}
+    for rc in snapshot.ray_clusters.values():
+        wl = by_owner.get((rc.namespace, "RayCluster", rc.name))
+        origin = rc.labels.get(RAY_ORIGIN_NAME_LABEL)
+        if wl is None and origin:
+            wl = by_owner.get((rc.namespace, rc.labels.get(RAY_ORIGIN_KIND_LABEL, "RayJob"), origin))
+        if wl is None:
+            continue
+        for g in rc.groups:
+            for worker in g.workers:
+                pod_owner[(rc.namespace, worker.pod)] = wl.key
+    out: dict[str, list[GpuState]] = {}
+    for name in sorted(snapshot.nodes):
+        for gpu in snapshot.nodes[name].gpus:
+            if gpu.pod is None:
+                continue
+            pk = (gpu.pod.namespace, gpu.pod.name)
+            key = pod_owner.get(pk)
+            if key is None:
+                owner = _by_job_name(by_ns.get(gpu.pod.namespace, ()), gpu.pod.name)
+                key = owner.key if owner is not None else None
+            if key is not None:
+                out.setdefault(key, []).append(gpu)
+    return out
+
+
+def _candidate(wl: WorkloadState) -> bool:
+    return wl.admitted and wl.active and not wl.finished and not wl.evicted and wl.gpu_demand > 0
+
+
+def _sources(gpus: Sequence[GpuState]) -> str:
+    return "/".join(sorted({g.utilization_source for g in gpus if g.utilization_source}))
+
+
+def decide_stalls(
+    snapshot: ClusterSnapshot, config: StallConfig, history: Mapping[str, StallTrack], now: float
+) -> StallResult:
+    """The stalled workloads of ``snapshot`` and the timers for the next pass (see the module doc)."""
+    if not config.enabled:
+        return StallResult((), frozen_map(), "the stall detector is off (stall.enabled: false)")
+    if snapshot.gpu_signal_stale():
+        # no verdict on incomplete data; the timers start over when the signal is back
+        return StallResult((), frozen_map(), "GPU signal stale")
+    candidates = [w for w in snapshot.workloads.values() if _candidate(w)]
+    gpus_of = workload_gpus(snapshot, candidates)
+    tracks: dict[str, StallTrack] = {}
+    stalled: list[StalledWorkload] = []
+    for wl in sorted(candidates, key=lambda w: w.key):
+        gpus = gpus_of.get(wl.key, [])
+        if not gpus or not all(g.utilization is not None and g.utilization < config.gpu_utilization for g in gpus):
+            continue  # no GPU seen, one busy or unknown: not stalled (timer reset)
+        old = history.get(wl.key)
+        track = old if old is not None and old.admitted_at == wl.admitted_at else StallTrack(now, wl.admitted_at)
+        stalled_for = now - track.since
+        if stalled_for < config.window_seconds:
+            tracks[wl.key] = track
+            continue
+        new = not track.reported
+        deactivate = config.deactivates(wl) and not track.deactivated
+        track = replace(track, reported=True, deactivated=track.deactivated or deactivate)
+        tracks[wl.key] = track
+        source = _sources(gpus)
+        use = f"GPU {source}" if source else "GPU utilization"
+        top = max(g.utilization or 0.0 for g in gpus)
+        owner = f" ({wl.owner_kind} {wl.owner_name})" if wl.owner_kind and wl.owner_name else ""
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(track.since))
+        msg = (f"workload {wl.key}{owner} in ClusterQueue {wl.cluster_queue or '?'}: all {len(gpus)} GPU(s) under "
+               f"{config.gpu_utilization:.0%} {use} (highest {top:.0%}) for {stalled_for / 60:.0f}m, since {since} "
+               f"(stall window {config.window_seconds / 60:g}m)")
+        if config.deactivates(wl):
+            msg += ("; deactivating it (spec.active: false) so that Kueue releases its quota; set spec.active: true "
+                    "to queue it again" if deactivate else "; deactivation already requested")
+        stalled.append(StalledWorkload(
+            namespace=wl.namespace, name=wl.name, uid=wl.uid, resource_version=wl.resource_version,
+            cluster_queue=wl.cluster_queue or "", owner_kind=wl.owner_kind, owner_name=wl.owner_name,
+            gpus=len(gpus), stalled_for=stalled_for, new=new, deactivate=deactivate,
+            reason=R.STALLED_WORKLOAD_DEACTIVATED if deactivate else R.STALLED_WORKLOAD, message=msg[:1024]))
+    return StallResult(tuple(stalled), frozen_map(tracks))

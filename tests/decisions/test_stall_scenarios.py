@@ -1,0 +1,170 @@
+"""The stalled-workload detector through the fake API server with the real kubernetes-asyncio client:
+the Warning Event once per stall and the per-ClusterQueue gauge by default; with the opt-in, a merge
+patch ``spec.active: false`` validated by Kueue's Workload CRD, pinned to the snapshot's
+resourceVersion (a 409 is decided again on the next pass), held back after a failure; dry-run
+writes nothing."""
+
+from __future__ import annotations
+
+from autoscaler.controller.stall import StallReconciler
+from autoscaler.core import reasons as R
+from autoscaler.rbac import CONTROLLER_API_CALLS
+from tests.decisions import kube_world as k
+from tests.decisions.test_scenarios import T0, base_world, events, sample
+
+WINDOW = 1800.0
+# deactivating a stalled Workload needs ``patch`` on kueue.x-k8s.io workloads (the object, not its status)
+DEACTIVATE_CALL = ("kueue.x-k8s.io", "workloads", "patch")
+OPT_IN = {"stall": {"deactivate_cluster_queues": ["cq-a"]}}
+
+
+def admitted_job(world, name="train", pods=2, at=T0 - 100):
+    """A Job's Workload admitted in cq-a, its pods running on n0 with one GPU each."""
+    world.add(k.workload(f"job-{name}", pod_sets=(("main", pods, 1),), owner=("Job", name)),
+              *(k.pod(f"{name}-{i}x{i}", "team-a", "n0", gpus=1) for i in range(pods)))
+    world.reserve(f"job-{name}", "cq-a", {"main": "a100"}, at)
+    w = world.get("Workload", f"job-{name}")
+    w["status"]["admissionChecks"][0]["state"] = "Ready"
+    world.api.update_status(w)
+    assert world.kueue_react(at) == [(f"job-{name}", "admitted")]
+
+
+def workload_patches(fake_api):
+    return [r for r in fake_api.requests if r.resource == "workloads" and r.verb == "patch"]
+
+
+async def test_a_stalled_workload_gets_one_warning_and_the_gauge(fake_api, world, make_ctx):
+    base_world(world)
+    admitted_job(world)
+    admitted_job(world, "busy", pods=1)
+    world.gpu_util[("team-a", "busy-0x0")] = 0.6
+    ctx = make_ctx()
+    rec = StallReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)  # the timer starts
+    await rec.reconcile(world.snapshot(T0 + WINDOW - 1), T0 + WINDOW - 1)
+    assert sample(ctx.registry, "queuepilot_stalled_workloads", {"cluster_queue": "cq-a"}) == 0
+    for t in (T0 + WINDOW, T0 + WINDOW + 60, T0 + WINDOW + 120):
+        await rec.reconcile(world.snapshot(t), t)
+    assert sample(ctx.registry, "queuepilot_stalled_workloads", {"cluster_queue": "cq-a"}) == 1
+    assert sample(ctx.registry, "queuepilot_stalled_workload_gpus", {"cluster_queue": "cq-a"}) == 2
+    assert ctx.registry.get_sample_value("queuepilot_stalled_workloads", {"cluster_queue": "cq-b"}) == 0
+    await rec.writer.events.drain()
+    evs = [e for e in events(fake_api) if e[2] == R.STALLED_WORKLOAD]
+    assert len(evs) == 1  # once per stall, not every pass
+    name, type_, _, message = evs[0]
+    assert (name, type_) == ("job-train", "Warning")
+    assert "all 2 GPU(s) under 5%" in message and "cq-a" in message and "30m" in message
+    assert not workload_patches(fake_api)  # reporting only by default
+    # the job computes again: the gauge drops; a later stall is reported again
+    world.gpu_util[("team-a", "train-0x0")] = 0.4
+    await rec.reconcile(world.snapshot(T0 + 2000), T0 + 2000)
+    assert sample(ctx.registry, "queuepilot_stalled_workloads", {"cluster_queue": "cq-a"}) == 0
+    world.gpu_util[("team-a", "train-0x0")] = 0.0
+    for t in (T0 + 2100, T0 + 2100 + WINDOW):
+        await rec.reconcile(world.snapshot(t), t)
+    await rec.writer.events.drain()
+    assert len([e for e in events(fake_api) if e[2] == R.STALLED_WORKLOAD]) == 2
+    assert fake_api.observed_calls() <= CONTROLLER_API_CALLS
+    await rec.close()
+
+
+async def test_opted_in_the_workload_is_deactivated_so_kueue_releases_its_quota(fake_api, world, make_ctx):
+    base_world(world)
+    admitted_job(world)
+    ctx = make_ctx(settings=OPT_IN)
+    rec = StallReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)
+    before = world.get("Workload", "job-train")
+    await rec.reconcile(world.snapshot(T0 + WINDOW), T0 + WINDOW)
+    assert [o.result for _, o in rec.outcomes] == ["written"]
+    after = world.get("Workload", "job-train")
+    assert after["spec"]["active"] is False  # accepted by the Workload CRD's schema
+    assert after["spec"]["podSets"] == before["spec"]["podSets"]  # nothing else touched
+    assert after["status"]["conditions"] == before["status"]["conditions"]  # Kueue's conditions are Kueue's
+    (patch,) = workload_patches(fake_api)
+    assert patch.method == "PATCH" and "status" not in patch.path
+    assert sample(ctx.registry, "queuepilot_stall_deactivations_total", {"cluster_queue": "cq-a", "mode": "live"}) == 1
+    assert sample(ctx.registry, "queuepilot_writes_total", {"resource": "workloads", "verb": "patch"}) == 1
+    # the next pass sees spec.active false: no second write
+    await rec.reconcile(world.snapshot(T0 + WINDOW + 30), T0 + WINDOW + 30)
+    assert len(workload_patches(fake_api)) == 1
+    await rec.writer.events.drain()
+    reasons = sorted((e[1], e[2]) for e in events(fake_api) if e[0] == "job-train")
+    assert reasons == [("Warning", R.STALLED_WORKLOAD), ("Warning", R.STALLED_WORKLOAD_DEACTIVATED)]
+    text = next(e[3] for e in events(fake_api) if e[2] == R.STALLED_WORKLOAD_DEACTIVATED)
+    assert "spec.active: false" in text and "releases its quota" in text and "spec.active: true" in text
+    assert fake_api.observed_calls() <= CONTROLLER_API_CALLS | {DEACTIVATE_CALL}
+    await rec.close()
+
+
+async def test_a_workload_changed_since_the_snapshot_is_decided_again(fake_api, world, make_ctx):
+    base_world(world)
+    admitted_job(world)
+    ctx = make_ctx(settings=OPT_IN)
+    rec = StallReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)
+    snap = world.snapshot(T0 + WINDOW)
+    w = world.get("Workload", "job-train")  # Kueue writes its status between our snapshot and our patch
+    w["status"]["conditions"][0]["message"] = "changed"
+    world.api.update_status(w)
+    await rec.reconcile(snap, T0 + WINDOW)
+    assert [o.result for _, o in rec.outcomes] == ["conflict"]
+    assert world.get("Workload", "job-train")["spec"].get("active", True) is True
+    await rec.reconcile(world.snapshot(T0 + WINDOW + 10), T0 + WINDOW + 10)
+    assert [o.result for _, o in rec.outcomes] == ["written"]
+    assert world.get("Workload", "job-train")["spec"]["active"] is False
+    await rec.close()
+
+
+async def test_a_failing_write_is_backed_off_then_retried(fake_api, world, make_ctx):
+    base_world(world)
+    admitted_job(world)
+    ctx = make_ctx(settings=OPT_IN)
+    rec = StallReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)
+    fake_api.fail_next(1, status=500, path_contains="/workloads/job-train", method="PATCH")
+    t = T0 + WINDOW
+    await rec.reconcile(world.snapshot(t), t)
+    assert [o.result for _, o in rec.outcomes] == ["error"]
+    await rec.reconcile(world.snapshot(t + 0.1), t + 0.1)  # inside the backoff: no request
+    assert [(o.result, o.detail) for _, o in rec.outcomes] == [("skipped", "backoff")]
+    assert len(workload_patches(fake_api)) == 1
+    await rec.reconcile(world.snapshot(t + 120), t + 120)
+    assert [o.result for _, o in rec.outcomes] == ["written"]
+    assert world.get("Workload", "job-train")["spec"]["active"] is False
+    assert sample(ctx.registry, "queuepilot_write_errors_total", {"resource": "workloads", "kind": "server"}) == 1
+    await rec.close()
+
+
+async def test_dry_run_reports_the_would_be_deactivation_and_writes_nothing(fake_api, world, make_ctx):
+    base_world(world)
+    admitted_job(world)
+    ctx = make_ctx(dry_run=True, settings=OPT_IN)
+    rec = StallReconciler(ctx)
+    for t in (T0, T0 + WINDOW, T0 + WINDOW + 30, T0 + WINDOW + 60):
+        await rec.reconcile(world.snapshot(t), t)
+    assert not workload_patches(fake_api)
+    assert world.get("Workload", "job-train")["spec"].get("active", True) is True
+    assert sample(ctx.registry, "queuepilot_stall_deactivations_total",
+                  {"cluster_queue": "cq-a", "mode": "dry_run"}) == 1
+    await rec.writer.events.drain()
+    evs = [e for e in events(fake_api) if e[2] == R.STALLED_WORKLOAD_DEACTIVATED]
+    assert len(evs) == 1 and evs[0][1] == "Normal" and "(dry-run) would deactivate" in evs[0][3]
+    assert fake_api.observed_calls() <= CONTROLLER_API_CALLS
+    await rec.close()
+
+
+async def test_a_namespace_opt_in_and_a_stale_gpu_signal(fake_api, world, make_ctx):
+    base_world(world)
+    admitted_job(world)
+    ctx = make_ctx(settings={"stall": {"deactivate_namespaces": ["team-a"], "window": "10m"}})
+    rec = StallReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)
+    await rec.reconcile(world.snapshot(T0 + 600, gpu_fresh=False), T0 + 600)  # no verdict on stale data
+    assert not workload_patches(fake_api) and rec.history == {}
+    await rec.reconcile(world.snapshot(T0 + 700), T0 + 700)  # the timer starts over
+    await rec.reconcile(world.snapshot(T0 + 1299), T0 + 1299)
+    assert not workload_patches(fake_api)
+    await rec.reconcile(world.snapshot(T0 + 1300), T0 + 1300)
+    assert world.get("Workload", "job-train")["spec"]["active"] is False
+    await rec.close()
