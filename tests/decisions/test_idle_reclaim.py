@@ -223,3 +223,17 @@ def test_config_keys_and_their_errors():
                 {"reclaim_window": "nan"}, {"down_after_up": "2h"}, {"reclaim_grace": -3}):
         with pytest.raises(ValueError, match=r"scaling"):
             scaling_defaults({"scaling": bad})
+
+
+def test_no_replacement_while_replicas_asked_for_have_no_pod():
+    """KubeRay could not make the pods already asked for (quota, no free GPU): deleting a worker now
+    might leave the group with one worker fewer, so nothing is replaced."""
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True)]
+    rc = ray_cluster([group(workers=ws, hi=3, replicas=3)], annotations=ON, demand=[gpu_demand(1)])
+    d = one(decide(rc, idle("actor")))
+    assert d.workers_to_delete == () and d.reason != R.IDLE_WORKERS_REPLACED
+
+
+def test_idle_gpus_count_the_workers_being_replaced():
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True)]
+    assert one(decide(_queued(ws), idle("actor"))).idle_gpus == 1

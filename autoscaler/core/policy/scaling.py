@@ -786,11 +786,19 @@ def _observe(case: _GroupCase, h: GroupHistory) -> _Workers:
     hold_left = h.launch_hold(policy, now)
     held_back = ""
     replaceable: list[RayWorker] = []
+    # replicas already asked for whose pods do not exist yet (KubeRay could not create them: quota,
+    # no free GPU) are in flight like starting ones: asking again would ratchet replicas up to
+    # maxReplicas, and a scale-down computed from such a replicas value would still lie above the
+    # pods that exist, so the operator would delete none of workersToDelete (one-host groups where
+    # queuepilot writes replicas; with the in-tree autoscaler the gap is Ray's own scale-up)
+    unmade = (max(0, case.current - sum(1 for w in group.workers if not w.deleting))
+              if case.hosts == 1 and not in_tree else 0)
     if queued:
         # replace: any worker (idle actor or empty) whose GPU stayed under the threshold for the reclaim
-        # window, past the grace period; no removal while the group waits for a launch to land
+        # window, past the grace period; not while replicas asked for have no pod (KubeRay could not
+        # make the replacement either), not in multi-host groups
         removable = []
-        if case.hosts == 1:
+        if case.hosts == 1 and unmade == 0:
             replaceable = [w for w in group.workers if w.pod in since and now - since[w.pod] >= policy.reclaim_window_seconds
                            and _old_enough(w, policy.reclaim_grace_seconds, now)]
             replaceable.sort(key=lambda w: (w.gpu_utilization or 0.0, since[w.pod], w.pod))
@@ -811,17 +819,10 @@ def _observe(case: _GroupCase, h: GroupHistory) -> _Workers:
                      f"{policy.down_after_up_seconds - hold_left:.0f}s ago (down-after-up "
                      f"{policy.down_after_up_seconds:g}s)")
         replaceable = []
-    idle_gpus = sum(w.gpus or group.gpus_per_worker for w in removable) if case.gpu_group else 0
+    idle_gpus = sum(w.gpus or group.gpus_per_worker for w in (*removable, *replaceable)) if case.gpu_group else 0
     cap = _capacity(group)
     need = workers_needed(case.demand, cap) if case.demand else 0
     starting = sum(1 for w in group.workers if not w.deleting and (w.phase != "Running" or not w.ready))
-    # replicas already asked for whose pods do not exist yet (KubeRay could not create them: quota,
-    # no free GPU) are in flight like starting ones: asking again would ratchet replicas up to
-    # maxReplicas, and a scale-down computed from such a replicas value would still lie above the
-    # pods that exist, so the operator would delete none of workersToDelete (one-host groups where
-    # queuepilot writes replicas; with the in-tree autoscaler the gap is Ray's own scale-up)
-    unmade = (max(0, case.current - sum(1 for w in group.workers if not w.deleting))
-              if case.hosts == 1 and not in_tree else 0)
     return _Workers(window=window, idle_since=frozen_map(since), removable=tuple(removable), idle_gpus=idle_gpus,
                     cap=cap, need=need, starting=starting, unmade=unmade,
                     add_workers=max(0, need - starting - unmade), replaceable=tuple(replaceable),
@@ -838,8 +839,8 @@ def _recommend(case: _GroupCase, ws: _Workers) -> Step:
         if ws.replaceable:
             return Step(step.value, R.IDLE_WORKERS_REPLACED, f"{step.message}; {_replace_text(case, ws)}")
         return step if not ws.held_back else Step(step.value, step.reason, f"{step.message}; {ws.held_back}")
-    if ws.replaceable:
-        return Step(current - max(0, ws.unmade - max(0, ws.need - ws.starting)), R.IDLE_WORKERS_REPLACED,
+    if ws.replaceable:  # (only when every replica has its pod: ws.unmade == 0)
+        return Step(current, R.IDLE_WORKERS_REPLACED,
                     f"{case.pending_bundles} pending Ray bundle(s) ({case.pending_gpus} GPUs) queued; "
                     + _replace_text(case, ws))
     if ws.removable and case.hosts == 1:
