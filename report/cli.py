@@ -207,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         step = parse_duration(args.step) if args.step else None
         prices = model.parse_prices(args.price)
         policy = rs.RightsizingPolicy(min_history_s=parse_duration(args.min_history))
+        if args.namespace is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.namespace):
+            raise ValueError(f"--namespace must be a Kubernetes namespace name, got {args.namespace!r}")
     except (ReportError, ValueError) as exc:
         print(f"queuepilot report: {exc}", file=sys.stderr)
         return EXIT_USAGE

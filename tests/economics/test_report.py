@@ -177,7 +177,8 @@ def test_one_clear_line_on_failure(url, rc, message, not_prometheus, capsys):
 
 
 @pytest.mark.parametrize("args", [["--window", "7x"], ["--price", "h100"], ["--price", "h100=cheap"],
-                                  ["--price", "h100=-1"], ["--step", "0"]])
+                                  ["--price", "h100=-1"], ["--step", "0"],
+                                  ["--namespace", 'a"} or vector(1']])
 def test_bad_arguments(args, capsys):
     assert cli.main(["--prometheus-url", "http://127.0.0.1:9", *args]) == cli.EXIT_USAGE
     assert capsys.readouterr().err.startswith("queuepilot report: ")
