@@ -49,7 +49,14 @@ def parse_duration(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="queuepilot report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="queuepilot report",
+        description="Which team held how many GPU-hours it did not use, what that cost, and what each Ray "
+        "worker group should request instead, read from Prometheus (the economics recording rules and "
+        "queuepilot_pod_info).",
+        epilog="Exit status: 0 report written; 1 Prometheus could not be read; 2 bad arguments; 3 no data in "
+        "the window (the JSON and HTML written say why).",
+    )
     p.add_argument("--prometheus-url", required=True, help="base URL of the Prometheus that holds the history")
     p.add_argument("--window", default="7d", help="how far back to look (default 7d)")
     p.add_argument("--end", type=float, default=None, help="end of the window, unix seconds (default: now)")
