@@ -67,6 +67,10 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     a("--sim-gpus", type=count(0), metavar="N", default=8, help="GPUs in the simulated fleet")
     a("--sim-model", metavar="NAME", default="NVIDIA H100 80GB HBM3", help="simulated GPU model")
     a("--sim-seed", type=int, metavar="N", default=0, help="seed of the simulated fleet")
+    a("--sim-mig-gpus", type=count(0), metavar="N", default=0,
+      help="simulated GPUs partitioned into MIG instances (each instance a pod), at most --sim-gpus")
+    a("--gpm", choices=("auto", "off"), default="auto",
+      help="profiling metrics (DCGM_FI_PROF_*) through NVML GPM where the GPU supports it (Hopper and newer)")
     a("--max-connections", type=count(1), metavar="N", default=LIMITS.max_connections,
       help="open HTTP connections at most; beyond it new ones wait until one closes")
     a("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="log verbosity")
@@ -78,7 +82,10 @@ def make_source(args: argparse.Namespace) -> GpuSource:
     if args.source == "sim":
         from exporter.sources.sim import SimSource
 
-        return SimSource(args.node_name, gpus=args.sim_gpus, model=args.sim_model, seed=args.sim_seed)
+        if args.sim_mig_gpus > args.sim_gpus:
+            raise SourceUnavailable(f"--sim-mig-gpus {args.sim_mig_gpus} is more than --sim-gpus {args.sim_gpus}")
+        return SimSource(args.node_name, gpus=args.sim_gpus, model=args.sim_model, seed=args.sim_seed,
+                         mig_gpus=args.sim_mig_gpus)
     if args.source == "dcgm":
         from exporter.sources.dcgm import DcgmSource
 
@@ -87,7 +94,7 @@ def make_source(args: argparse.Namespace) -> GpuSource:
         from exporter.sources.nvml import NvmlSource  # imports pynvml: only when asked for
     except ImportError as e:
         raise SourceUnavailable(f"the nvml source cannot be loaded: {e}") from e
-    return NvmlSource(args.node_name)
+    return NvmlSource(args.node_name, gpm=args.gpm != "off")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,6 +97,8 @@ def check_config(config: ControllerConfig) -> int:
     kubeconfig); a summary on stdout, exit status 0, or one line on stderr and 2."""
     if config.ray_token_file and not os.access(config.ray_token_file, os.R_OK):
         return _fail(f"cannot read --ray-token-file {config.ray_token_file}")
+    if config.ray_ca_file and not os.access(config.ray_ca_file, os.R_OK):
+        return _fail(f"cannot read --ray-ca-file {config.ray_ca_file}")
     source, path = credentials_source(config.kubeconfig)
     if source == "kubeconfig":
         assert path is not None
@@ -121,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_config(config)
     if config.ray_token_file and not os.access(config.ray_token_file, os.R_OK):
         return _fail(f"cannot read --ray-token-file {config.ray_token_file}")
+    if config.ray_ca_file and not os.access(config.ray_ca_file, os.R_OK):
+        return _fail(f"cannot read --ray-ca-file {config.ray_ca_file}")
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import yaml
 
 from autoscaler.core.policy.config import DEFAULT_CONTROLLER_NAME, admission_config, scaling_defaults
+from autoscaler.signals.gpu import UTILIZATION_SOURCES
 from servicekit.argtypes import count, non_negative_seconds, port, positive_seconds
 from servicekit.envflags import DEFAULT_PREFIX, EnvError, HelpFormatter, apply_env
 from servicekit.http import Limits
@@ -57,6 +58,8 @@ class ControllerConfig:
     ray_concurrency: int = 16
     ray_timeout_seconds: float = 5.0
     ray_token_file: str | None = None
+    ray_ca_file: str | None = None
+    gpu_utilization_signal: str = "gr_engine_active"
     pods: str = "all"
     leader_elect: bool = True
     lease_name: str = "queuepilot-controller"
@@ -163,7 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     a("--ray-concurrency", type=count(1), default=16, metavar="N", help="Ray dashboards asked at once")
     a("--ray-timeout-seconds", type=positive_seconds, default=5.0, metavar="SECONDS",
       help="timeout of one Ray dashboard request")
-    a("--ray-token-file", default=None, metavar="PATH", help="file holding a bearer token for Ray dashboards")
+    a("--ray-token-file", default=None, metavar="PATH",
+      help="single-tenant clusters only: one bearer token sent to every opted-in Ray head that names no "
+           "token Secret (multi-tenant clusters: the queuepilot.io/ray-token-secret annotation per namespace)")
+    a("--ray-ca-file", default=None, metavar="PATH",
+      help="CA bundle to verify Ray dashboards served over https (queuepilot.io/ray-dashboard-scheme: https)")
+    a("--gpu-utilization-signal", choices=UTILIZATION_SOURCES, default="gr_engine_active",
+      help="per-GPU utilization for idle detection and targets: the profiling engine activity, SM activity, "
+           "or DCGM_FI_DEV_GPU_UTIL; a GPU without the profiling series falls back to DCGM_FI_DEV_GPU_UTIL")
     a("--pods", choices=("all", "labeled"), default="all",
       help="watch all non-terminal pods (exact node GPU requests) or only Ray/Kueue-labelled pods")
     a("--leader-elect", action=argparse.BooleanOptionalAction, default=True, help="elect a leader on a Lease")

@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from autoscaler.signals.gpu import FAMILIES, GpuReading, fold_series
+from autoscaler.signals.gpu import DEFAULT_UTILIZATION, FAMILIES, GpuReading, check_utilization, fold_series
 from servicekit.errors import BAD_RESPONSE, CONNECTION, NOT_FOUND, TIMEOUT, error_kind, status_kind
 from servicekit.logthrottle import ProblemLog
 
@@ -66,7 +66,9 @@ class PrometheusGpuSignal:
         on_error: Callable[[str], None],
         selector: str = "",
         timeout: float = 10.0,
+        utilization: str = DEFAULT_UTILIZATION,
     ) -> None:
+        self.utilization = check_utilization(utilization)
         self._session = session
         self._url = url.rstrip("/")
         self._on_error = on_error
@@ -133,7 +135,7 @@ class PrometheusGpuSignal:
             self._problems.failing(kind, self._describe(kind, e))
             return
         series = [(fam, labels, value) for fam, res in zip(FAMILIES, results, strict=True) for labels, value in res]
-        self._reading = GpuReading(gpus=fold_series(series), observed_at=now)
+        self._reading = GpuReading(gpus=fold_series(series, utilization=self.utilization), observed_at=now)
         self._failing_since = None
         self._problems.ok()
 

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.signals.gpu import FAMILIES, GpuReading, fold_series
+from autoscaler.signals.gpu import DEFAULT_UTILIZATION, FAMILIES, GpuReading, check_utilization, fold_series
 from servicekit.errors import error_kind, status_kind
 from servicekit.logthrottle import ProblemLog, ThrottledLog
 
@@ -60,7 +60,9 @@ class ScrapeGpuSignal:
         on_error: Callable[[str], None],
         timeout: float = 5.0,
         concurrency: int = 32,
+        utilization: str = DEFAULT_UTILIZATION,
     ) -> None:
+        self.utilization = check_utilization(utilization)
         self._session = session
         self._discover = discover
         self._on_error = on_error
@@ -131,7 +133,7 @@ class ScrapeGpuSignal:
             return
         series = [s for sc in self._last.values() for s in sc.series]
         self._reading = GpuReading(
-            gpus=fold_series(series), observed_at=min(sc.observed_at for sc in self._last.values())
+            gpus=fold_series(series, utilization=self.utilization), observed_at=min(sc.observed_at for sc in self._last.values())
         )
 
     async def close(self) -> None:

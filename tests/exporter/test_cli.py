@@ -102,6 +102,8 @@ def test_every_flag_has_its_environment_variable(monkeypatch) -> None:
     monkeypatch.setenv("QUEUEPILOT_SIM_MODEL", "NVIDIA L4")
     monkeypatch.setenv("QUEUEPILOT_SIM_SEED", "9")
     monkeypatch.setenv("QUEUEPILOT_MAX_CONNECTIONS", "7")
+    monkeypatch.setenv("QUEUEPILOT_SIM_MIG_GPUS", "2")
+    monkeypatch.setenv("QUEUEPILOT_GPM", "off")
     monkeypatch.setenv("QUEUEPILOT_LOG_LEVEL", "debug")
     args = vars(build_parser().parse_args([]))
     assert args == {
@@ -109,6 +111,7 @@ def test_every_flag_has_its_environment_variable(monkeypatch) -> None:
         "dcgm_url": "http://dcgm:9400/metrics", "dcgm_timeout": 3.0, "pod_resources_socket": "",
         "drain_xids": frozenset({79, 48}), "fatal_xid_window": 120.0, "thermal_window": 30.0, "sim_gpus": 3,
         "sim_model": "NVIDIA L4", "sim_seed": 9, "max_connections": 7, "log_level": "DEBUG",
+        "sim_mig_gpus": 2, "gpm": "off",
     }
     assert vars(build_parser().parse_args(["--source", "sim", "--interval", "1"]))["source"] == "sim"  # flags win
 
@@ -143,3 +146,18 @@ def test_help_shows_every_default_and_variable(capsys) -> None:
     for text in ("[env QUEUEPILOT_SOURCE] (default: nvml)", "(default: 0.0.0.0:9400)", "(default: 10.0)",
                  "[env NODE_NAME, QUEUEPILOT_NODE_NAME]", "[env QUEUEPILOT_MAX_CONNECTIONS] (default: 128)"):
         assert text in out
+
+
+def test_sim_mig_gpus_more_than_sim_gpus_is_one_line_and_exit_2(capsys) -> None:
+    from exporter.cli import main
+
+    assert main(["--source", "sim", "--sim-gpus", "2", "--sim-mig-gpus", "3", "--listen", "127.0.0.1:0"]) != 0
+    err = capsys.readouterr().err
+    assert "--sim-mig-gpus 3 is more than --sim-gpus 2" in err and "Traceback" not in err
+
+
+def test_sim_mig_gpus_reach_the_sim_source() -> None:
+    from exporter.cli import build_parser, make_source
+
+    src = make_source(build_parser({}).parse_args(["--source", "sim", "--sim-gpus", "4", "--sim-mig-gpus", "1"]))
+    assert len(src.mig_uuids) == 1
