@@ -105,7 +105,7 @@ class ControllerConfig:
                   if self.leader_elect else "leader election off")
         webhook = f"webhook on {self.webhook_listen}" if self.webhook_listen else "webhook off"
         config = f"config {self.config_path}" if self.config_path else "no config file (defaults)"
-        return (f"mode {'dry-run (decide and report, never write)' if self.dry_run else 'live'}; {leader}; "
+        return (f"mode {'dry-run (shadow: every check Ready, would-be decisions reported, RayClusters never written)' if self.dry_run else 'live'}; {leader}; "
                 f"{gpu}; Ray demand every {self.ray_poll_seconds:g}s; AdmissionCheck controller "
                 f"{self.controller_name}; {webhook}; {config}")
 
@@ -152,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
       help="label selector of exporter pods (--gpu-signal scrape)")
     a("--exporter-port", type=port, default=9400, metavar="PORT", help="exporter metrics port (--gpu-signal scrape)")
     a("--dry-run", action=argparse.BooleanOptionalAction, default=False,
-      help="decide and report (Events, metrics, logs), never change admission or scaling")
+      help="shadow mode: keep the AdmissionCheck Active and set every check Ready at once with the would-be "
+           "decision in its message; send Events and count decisions with mode=dry_run; never write RayClusters; "
+           "the webhook only warns")
     a("--config", dest="config_path", default=None, metavar="PATH",
       help="YAML policy file with sections admission, scaling, webhook")
     a("--resync-seconds", type=positive_seconds, default=30.0, metavar="SECONDS",
