@@ -50,6 +50,15 @@ def test_an_empty_worker_goes_after_the_idle_window(empty_for, gone):
     assert (d.desired, d.reason) == ((1, R.IDLE_WORKERS) if gone else (2, R.WITHIN_TARGET))
 
 
+def test_an_empty_worker_goes_however_hot_the_busy_ones_run_unless_spares_are_asked_for():
+    ws = [worker("hot", util=0.95), worker("empty", util=0.0, busy=False)]
+    d = one(decide(ray_cluster([group(workers=ws)]), idle("empty")))
+    assert (d.reason, d.workers_to_delete) == (R.IDLE_WORKERS, ("empty",))
+    spare = ray_cluster([group(workers=ws)], annotations={"queuepilot.io/keep-spare-for-target": "true"})
+    d = one(decide(spare, idle("empty")))
+    assert (d.reason, d.workers_to_delete) == (R.KEPT_FOR_UTILIZATION_TARGET, ())
+
+
 def test_stabilization_smooths_recommendations_not_empty_worker_removal():
     """Recommendations of 2 in the last 300 s would hold a scale-down; an empty worker still goes."""
     ws = [worker("busy", util=0.5), worker("empty", util=0.0, busy=False)]
@@ -197,6 +206,7 @@ def test_the_in_tree_autoscaler_and_multi_host_groups_are_never_replaced():
     ("reclaim-budget", "12", "reclaim_budget_per_hour", 12),
     ("reclaim-budget", "0", "reclaim_budget_per_hour", 0),
     ("down-after-up", "10m", "down_after_up_seconds", 600.0),
+    ("keep-spare-for-target", "true", "keep_spare_for_target", True),
 ])
 def test_annotations_set_the_knobs(key, value, field, expected):
     policy, warnings = policy_from_annotations({"queuepilot.io/" + key: value}, D)
@@ -207,6 +217,7 @@ def test_annotations_set_the_knobs(key, value, field, expected):
     ("reclaim-window", "nan"), ("reclaim-window", "-5m"), ("reclaim-window", "31d"),
     ("reclaim-grace", "soon"), ("reclaim-budget", "-1"), ("reclaim-budget", "1001"), ("reclaim-budget", "2.5"),
     ("reclaim-budget", "9" * 40), ("reclaim-budget", "lots"), ("down-after-up", "2h"), ("down-after-up", "inf"),
+    ("keep-spare-for-target", "yes"),
 ])
 def test_malformed_annotations_warn_and_keep_the_default(key, value):
     policy, warnings = policy_from_annotations({"queuepilot.io/" + key: value}, D)

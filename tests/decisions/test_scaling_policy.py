@@ -61,11 +61,17 @@ def test_idle_workers_scaled_down_by_name_idlest_first():
     assert d.idle_gpus == 2
 
 
-def test_utilization_target_keeps_headroom_without_pressure():
+SPARE = {"queuepilot.io/keep-spare-for-target": "true"}
+
+
+def test_utilization_target_keeps_headroom_without_pressure_when_asked():
     ws = [worker("w0", util=0.95), worker("w1", util=0.0, busy=False), worker("w2", util=0.0, busy=False)]
-    d = one(decide(ray_cluster([group(workers=ws)]), history=idle_hist("w1", "w2")))
+    d = one(decide(ray_cluster([group(workers=ws)], annotations=SPARE), history=idle_hist("w1", "w2")))
     # HPA rule: mean 0.317 / 0.7 = 0.452 -> ceil(3 * 0.452) = ceil(1.357) = 2 -> one idle worker kept
     assert (d.reason, d.desired, d.workers_to_delete) == (R.KEPT_FOR_UTILIZATION_TARGET, 2, ("w1",))
+    # by default empty workers go, however hot the busy one runs
+    d = one(decide(ray_cluster([group(workers=ws)]), history=idle_hist("w1", "w2")))
+    assert (d.reason, d.desired, d.workers_to_delete) == (R.IDLE_WORKERS, 1, ("w1", "w2"))
 
 
 def waiting_elsewhere(minutes: float):
@@ -256,7 +262,7 @@ def test_idle_message_names_the_utilization_signal(source):
 
 def test_utilization_floor_message_names_the_signal():
     ws = [worker("w0", util=0.9), worker("w1", util=0.9), worker("w2", util=0.0, busy=False)]
-    rc = ray_cluster([group(workers=ws)])
+    rc = ray_cluster([group(workers=ws)], annotations=SPARE)
     d = one(decide(rc, snap=_with_gpus(rc, "sm_active"), history=idle_hist("w2")))
     assert d.reason == R.KEPT_FOR_UTILIZATION_TARGET
     assert "GPU sm_active 60% of target 70%" in d.message

@@ -31,7 +31,7 @@ MIXED = [worker("w0", util=0.95), worker("w1", util=0.0, busy=False), worker("w2
         ("demand beyond the unmade replicas", BUSY3, 5, 4, {}, ("up", R.PENDING_DEMAND, 7, ())),
         ("no demand: replicas follow the pods", BUSY3, 6, 0, {}, ("down", R.WITHIN_TARGET, 3, ())),
         ("idle scale-down lands below the pods", MIXED, 8, 0, idle("w1", "w2"),
-         ("down", R.KEPT_FOR_UTILIZATION_TARGET, 2, ("w1",))),
+         ("down", R.IDLE_WORKERS, 1, ("w1", "w2"))),
         ("all pods exist: unchanged", BUSY3, 3, 2, {}, ("up", R.PENDING_DEMAND, 5, ())),
     ],
 )

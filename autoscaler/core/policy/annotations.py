@@ -28,6 +28,8 @@ Formats (docs/autoscaling.md has examples):
 ``queuepilot.io/reclaim-grace``             duration: workers younger than this are never reclaimed
 ``queuepilot.io/reclaim-budget``            whole number 0-1000: most workers reclaimed per hour
 ``queuepilot.io/down-after-up``             duration 0-1h: no worker removed this long after a launch
+``queuepilot.io/keep-spare-for-target``     ``"true"``: keep empty workers while the busy ones run over the
+                                            utilization target; ``"false"`` (default)
 =========================================== ==========================================================
 """
 
@@ -87,6 +89,8 @@ _FIELDS: dict[str, tuple[str, Setter]] = {
     PREFIX + "reclaim-budget": (
         "reclaim_budget_per_hour",
         lambda v, p: replace(p, reclaim_budget_per_hour=parse_count(v, "reclaim-budget", 0, MAX_RECLAIM_BUDGET))),
+    PREFIX + "keep-spare-for-target": (
+        "keep_spare_for_target", lambda v, p: replace(p, keep_spare_for_target=parse_bool(v))),
     PREFIX + "down-after-up": (
         "down_after_up_seconds", lambda v, p: replace(p, down_after_up_seconds=parse_duration(v))),
 }

@@ -284,6 +284,9 @@ class ScalingDefaults:
     # no worker of a group is removed (scale-down, empty worker, reclaim) within this long after
     # queuepilot launched workers in it (a scale-up or a replacement)
     down_after_up_seconds: float = 300.0
+    # true: keep empty workers as spares while the busy ones would run over the utilization target
+    # (the HPA rule ceil(ready * mean / target) as a floor); false: an empty worker always goes
+    keep_spare_for_target: bool = False
 
     def __post_init__(self) -> None:
         for name in ("target_gpu_utilization", "target_cpu_utilization", "target_memory_utilization",
@@ -308,8 +311,9 @@ class ScalingDefaults:
         for name in ("scale_up", "scale_down"):
             if not isinstance(getattr(self, name), ScalingRules):
                 raise ValueError(f"scaling.{name} must be scaling rules, not {brief_repr(getattr(self, name))}")
-        if not isinstance(self.reclaim_idle_actors, bool):
-            raise ValueError(f"scaling.reclaim_idle_actors must be true or false, not {brief_repr(self.reclaim_idle_actors)}")
+        for name in ("reclaim_idle_actors", "keep_spare_for_target"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"scaling.{name} must be true or false, not {brief_repr(getattr(self, name))}")
 
 
 MAX_RECLAIM_BUDGET = 1000  # reclaims per RayCluster per hour
@@ -354,7 +358,7 @@ def _from_section(cls: type[_Section], section: object, name: str) -> _Section:
                 changes[k] = parse_ratio(raw)
             elif k == "tolerance" and k in names:
                 changes[k] = parse_fraction(raw)
-            elif k in ("reclaim_idle_actors", "check_cpu_memory") and k in names:
+            elif k in ("reclaim_idle_actors", "keep_spare_for_target", "check_cpu_memory") and k in names:
                 changes[k] = parse_bool(raw)
             elif k == "reclaim_budget_per_hour" and k in names:
                 changes[k] = parse_count(raw, k, 0, MAX_RECLAIM_BUDGET)

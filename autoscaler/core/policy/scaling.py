@@ -25,9 +25,10 @@ steps do; the reason of the last step that changed the value is the decision's r
      (``ray_busy`` is False; unknown counts as busy); it goes once empty for the idle window (90 s
      by default) — the shorter pressured window while another ClusterQueue has a GPU workload
      waiting longer than ``queue_pressure_wait`` -> ``existing pods - removable``, reason
-     ``IdleWorkers`` / ``IdleWorkersQueuePressure``.  Without queue pressure the HPA utilization
-     rule (``ceil(ready * mean / target)`` outside the tolerance) is a floor, so the remaining
-     workers stay under the target (``KeptForUtilizationTarget``).  Multi-host groups
+     ``IdleWorkers`` / ``IdleWorkersQueuePressure``.  With ``keep_spare_for_target`` (off by
+     default) and without queue pressure the HPA utilization rule (``ceil(ready * mean / target)``
+     outside the tolerance) is a floor, so the remaining workers stay under the target
+     (``KeptForUtilizationTarget``).  Multi-host groups
      (numOfHosts > 1) are not scaled down by idleness.
    - *reclaim* (``reclaim_idle_actors``, opt-in; in-tree autoscaler off; GPU groups): a worker Ray
      reports work on also counts once its GPU stayed under the threshold for the reclaim window
@@ -857,7 +858,8 @@ def _recommend(case: _GroupCase, ws: _Workers) -> Step:
 
 
 def _idle_step(case: _GroupCase, ws: _Workers) -> Step:
-    """Without the removable idle workers; without queue pressure the utilization target is a floor."""
+    """Without the removable idle workers; with ``keep_spare_for_target`` and without queue pressure
+    the utilization target is a floor."""
     current, policy, pressure, removable = case.current, case.policy, case.pressure, ws.removable
     raw = current - ws.unmade - len(removable)
     reason = R.IDLE_WORKERS_QUEUE_PRESSURE if pressure else R.IDLE_WORKERS
@@ -878,7 +880,7 @@ def _idle_step(case: _GroupCase, ws: _Workers) -> Step:
                 f"(reclaim-idle-actors: their actors are killed): {', '.join(held[:10])}")
     if ws.held_back:
         msg += f"; {ws.held_back}"
-    if not pressure:
+    if not pressure and policy.keep_spare_for_target:
         gpu_source = utilization_source(case.ctx.snapshot, case.cluster.namespace,
                                         case.group.workers) if case.gpu_group else ""
         floor, detail = _utilization_floor(case.group, policy, current - ws.unmade, gpu_source)
