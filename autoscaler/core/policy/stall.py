@@ -170,20 +170,24 @@ class StallResult:
     held: str = ""  # why no workload could be judged this pass ("" when it could)
 
 
-def _by_job_name(workloads: Sequence[WorkloadState], pod: str) -> WorkloadState | None:
-    best: WorkloadState | None = None
-    for w in workloads:
-        if w.owner_name and pod.startswith(w.owner_name + "-") and (best is None or len(w.owner_name) > len(best.owner_name)):
-            best = w
-    return best
+def _by_job_name(names: Mapping[tuple[str, str], WorkloadState], namespace: str, pod: str) -> WorkloadState | None:
+    """The workload whose job name the pod name starts with (``<job>-...``), the longest first: one
+    lookup per ``-`` in the pod name, not one per workload."""
+    i = len(pod)
+    while (i := pod.rfind("-", 0, i)) > 0:
+        found = names.get((namespace, pod[:i]))
+        if found is not None:
+            return found
+    return None
 
 
 def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]) -> dict[str, list[GpuState]]:
     """Workload key -> the GPUs the GPU signal attributes to its pods (only ``candidates``)."""
     by_owner = {(w.namespace, w.owner_kind, w.owner_name): w for w in candidates if w.owner_name}
-    by_ns: dict[str, list[WorkloadState]] = {}
-    for w in candidates:
-        by_ns.setdefault(w.namespace, []).append(w)
+    by_name: dict[tuple[str, str], WorkloadState] = {}
+    for w in sorted(candidates, key=lambda w: w.key):  # one job name, several kinds: the first by key
+        if w.owner_name:
+            by_name.setdefault((w.namespace, w.owner_name), w)
     pod_owner: dict[tuple[str, str], str] = {}
     for rc in snapshot.ray_clusters.values():
         wl = by_owner.get((rc.namespace, "RayCluster", rc.name))
@@ -203,7 +207,7 @@ def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]
             pk = (gpu.pod.namespace, gpu.pod.name)
             key = pod_owner.get(pk)
             if key is None:
-                owner = _by_job_name(by_ns.get(gpu.pod.namespace, ()), gpu.pod.name)
+                owner = _by_job_name(by_name, gpu.pod.namespace, gpu.pod.name)
                 key = owner.key if owner is not None else None
             if key is not None:
                 out.setdefault(key, []).append(gpu)
