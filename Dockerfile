@@ -21,6 +21,7 @@ COPY exporter/ exporter/
 COPY autoscaler/ autoscaler/
 COPY dashboards/ dashboards/
 COPY alerts/ alerts/
+COPY report/ report/
 # `pip install .` without extras: the image never carries the simulator's numpy/matplotlib
 RUN /opt/queuepilot/bin/pip install . \
  && /opt/queuepilot/bin/python -m compileall -q /opt/queuepilot/lib \

@@ -29,7 +29,7 @@ help:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,sim]'
+	$(PY) -m pip install -q -e '.[dev,sim,report]'
 	@touch $@
 
 venv: $(STAMP)

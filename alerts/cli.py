@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from alerts import economics
 from alerts.config import AlertConfig, ConfigError
 from alerts.rules import chart_rule_file, rule_file
 
@@ -75,4 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     chart.parent.mkdir(exist_ok=True)
     chart.write_text(render_chart_template())
     print(f"wrote {chart}")
+    for text, where in ((economics.render(economics.EconomicsConfig(runbook_base_url=config.runbook_base_url)), out), (economics.render_chart(), out / CHART_DIR_NAME)):
+        (where / economics.RULE_FILE_NAME).write_text(text)
+        print(f"wrote {where / economics.RULE_FILE_NAME}")
     return 0

@@ -192,11 +192,49 @@ CACHE_SYNCED = MetricSpec(
     "bool", ("resource",), "ALPHA", "cluster view",
 )
 
+# --- economics ------------------------------------------------------------------------------------------
+POD_INFO = MetricSpec(
+    "queuepilot_pod_info", "gauge",
+    "1 for every pod holding GPUs that the controller knows, with the keys that attribute its GPU series "
+    "to a namespace, a LocalQueue and ClusterQueue, a Kueue flavor and job kind, and a Ray worker group.",
+    "bool", ("namespace", "pod", "raycluster", "group", "cluster_queue", "local_queue", "flavor", "job_kind"),
+    "ALPHA", "snapshot: Ray workers, Kueue pods and Workloads, exporter GPU attribution",
+)
+RECOMMENDATION_GPUS_PER_WORKER = MetricSpec(
+    "queuepilot_recommendation_gpus_per_worker", "gauge",
+    "Recommended GPUs per worker of a Ray worker group, from the GPUs its workers kept active.",
+    "count", ("namespace", "raycluster", "group"), "ALPHA", "right-sizing recommender",
+)
+RECOMMENDATION_MIN_REPLICAS = MetricSpec(
+    "queuepilot_recommendation_min_replicas", "gauge",
+    "Recommended minReplicas of a Ray worker group, from a low percentile of its busy workers.",
+    "count", ("namespace", "raycluster", "group"), "ALPHA", "right-sizing recommender",
+)
+RECOMMENDATION_MAX_REPLICAS = MetricSpec(
+    "queuepilot_recommendation_max_replicas", "gauge",
+    "Recommended maxReplicas of a Ray worker group, from a high percentile of its busy workers plus a margin.",
+    "count", ("namespace", "raycluster", "group"), "ALPHA", "right-sizing recommender",
+)
+RECOMMENDATION_SAVED_GPU_SECONDS = MetricSpec(
+    "queuepilot_recommendation_saved_gpu_seconds", "gauge",
+    "Idle GPU-seconds the recommendation would have saved over the group's recorded history.",
+    "seconds", ("namespace", "raycluster", "group"), "ALPHA", "right-sizing recommender",
+)
+RECOMMENDATION_WITHHELD = MetricSpec(
+    "queuepilot_recommendation_withheld", "gauge",
+    "1 for a Ray worker group that gets no recommendation, with the reason (too little history, no data, no GPUs).",
+    "bool", ("namespace", "raycluster", "group", "reason"), "ALPHA", "right-sizing recommender",
+)
+
 QUEUE_FAMILIES = (QUEUE_PENDING_WORKLOADS, QUEUE_OLDEST_PENDING, QUEUE_PENDING_GPUS, QUEUE_WAIT_SECONDS)
 CAPACITY_FAMILIES = (FLAVOR_GPUS, FLAVOR_LARGEST_FREE_BLOCK)
 ADMISSION_FAMILIES = (ADMISSION_DECISIONS_TOTAL, ADMISSION_DECISION_SECONDS, RESERVED_GPUS)
 RAY_FAMILIES = (RAY_WORKERS, RAY_PENDING_GPUS, RAY_GPU_UTILIZATION, RAY_IDLE_GPUS)
 SCALING_FAMILIES = (SCALE_DECISIONS_TOTAL, RECLAIMED_WORKERS_TOTAL)
+ECONOMICS_FAMILIES = (
+    POD_INFO, RECOMMENDATION_GPUS_PER_WORKER, RECOMMENDATION_MIN_REPLICAS, RECOMMENDATION_MAX_REPLICAS,
+    RECOMMENDATION_SAVED_GPU_SECONDS, RECOMMENDATION_WITHHELD,
+)
 STALL_FAMILIES = (STALLED_WORKLOADS, STALLED_WORKLOAD_GPUS, STALL_DEACTIVATIONS_TOTAL)
 SELF_FAMILIES = (
     IS_LEADER, RECONCILE_SECONDS, WATCH_RESTARTS_TOTAL, SIGNAL_AGE_SECONDS, SIGNAL_STALE,
@@ -206,7 +244,7 @@ SELF_FAMILIES = (
 
 CATALOG: tuple[MetricSpec, ...] = (
     *QUEUE_FAMILIES, *CAPACITY_FAMILIES, *ADMISSION_FAMILIES, *RAY_FAMILIES, *SCALING_FAMILIES, *STALL_FAMILIES,
-    *SELF_FAMILIES,
+    *SELF_FAMILIES, *ECONOMICS_FAMILIES,
 )
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 

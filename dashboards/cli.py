@@ -9,7 +9,7 @@ from pathlib import Path
 
 from grafanalib.core import Dashboard
 
-from dashboards import gpu_fleet, queuepilot_self, queues, ray_clusters
+from dashboards import economics, gpu_fleet, queuepilot_self, queues, ray_clusters
 from dashboards.common import render
 
 # file name -> builder; the file names are what the Helm chart's ConfigMap globs
@@ -18,6 +18,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "queues.json": queues.build,
     "ray-clusters.json": ray_clusters.build,
     "queuepilot.json": queuepilot_self.build,
+    "economics.json": economics.build,
 }
 
 

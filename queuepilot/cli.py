@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("alerts.cli", "write the Prometheus alert rules (YAML)"),
     "simulate": ("simulator.cli", "trace-driven simulation of policies and baselines"),
     "demo": ("simulator.demo.app", "the whole system, simulated, in one process"),
+    "report": ("report.cli", "GPU economics per team and right-sizing per worker group, from Prometheus"),
 }
 
 

@@ -30,7 +30,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ReportError("the HTML report needs matplotlib (pip install matplotlib)") from None
+        raise ReportError("the HTML report needs matplotlib (pip install 'queuepilot[report]')") from None
     return plt
 
 

@@ -46,7 +46,9 @@ def render() -> str:
         _table("Controller: admission", controller_metrics.ADMISSION_FAMILIES),
         _table("Controller: Ray", controller_metrics.RAY_FAMILIES),
         _table("Controller: scaling", controller_metrics.SCALING_FAMILIES),
+        _table("Controller: stalled workloads", controller_metrics.STALL_FAMILIES),
         _table("Controller: self-metrics", controller_metrics.SELF_FAMILIES),
+        _table("Controller: GPU economics (docs/economics.md)", controller_metrics.ECONOMICS_FAMILIES),
     ]
     return "\n".join(parts)
 

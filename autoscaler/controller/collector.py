@@ -17,6 +17,8 @@ from prometheus_client.registry import Collector
 
 from autoscaler import metrics as m
 from autoscaler.controller.context import Published
+from autoscaler.controller.pod_info import pod_info
+from autoscaler.core.rightsizing import recommendation_series
 from autoscaler.core.snapshot import GPU_RESOURCE, ClusterSnapshot, RayClusterState, WorkerGroupState
 from exporter.metrics import MetricSpec
 
@@ -40,7 +42,7 @@ GAUGE_SPECS: tuple[MetricSpec, ...] = (
     m.QUEUE_PENDING_WORKLOADS, m.QUEUE_OLDEST_PENDING, m.QUEUE_PENDING_GPUS,
     m.FLAVOR_GPUS, m.FLAVOR_LARGEST_FREE_BLOCK, m.RESERVED_GPUS,
     m.RAY_WORKERS, m.RAY_PENDING_GPUS, m.RAY_GPU_UTILIZATION, m.RAY_IDLE_GPUS,
-    m.IS_LEADER, m.SIGNAL_AGE_SECONDS, m.SIGNAL_STALE, m.CACHE_OBJECTS, m.CACHE_SYNCED,
+    m.IS_LEADER, m.SIGNAL_AGE_SECONDS, m.SIGNAL_STALE, m.CACHE_OBJECTS, m.CACHE_SYNCED, *m.ECONOMICS_FAMILIES,
 )
 
 
@@ -127,6 +129,11 @@ class ControllerCollector(Collector):
             self._capacity(snap, fams)
             self._ray(snap, fams)
             self._signals(snap, now, fams)
+            for labels in pod_info(snap):
+                fams[m.POD_INFO.name].add_metric([labels[k] for k in m.POD_INFO.labels], 1.0)
+        for name, samples in recommendation_series(self._published.recommendations).items():
+            for labels, value in samples:
+                fams[name].add_metric([labels[k] for k in m.BY_NAME[name].labels], value)
         yield from fams.values()
 
     # ------------------------------------------------------------------------------------ queues

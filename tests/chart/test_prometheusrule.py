@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alerts import economics
 from alerts.config import AlertConfig, chart_key, threshold_fields
 from alerts.rules import alerts
 from tests.chart.helm import CHART, HELMS, PROM_OPERATOR, render
@@ -32,7 +33,8 @@ CUSTOM = (
 
 
 def _spec(helm: str, sets: tuple[str, ...]) -> dict:
-    (rule,) = render(helm, sets, PROM_OPERATOR).of_kind("PrometheusRule")
+    rules = render(helm, sets, PROM_OPERATOR).of_kind("PrometheusRule")
+    (rule,) = [r for r in rules if r["metadata"]["name"].endswith("-queuepilot-rules")]
     return rule["spec"]
 
 
@@ -154,7 +156,9 @@ def test_threshold_values_are_the_generator_defaults() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())["monitoring"]["alerts"]
     config = AlertConfig()
     assert values["runbookBaseUrl"] == config.runbook_base_url
-    assert values["thresholds"] == {chart_key(f): getattr(config, f) for f in threshold_fields()}
+    economy = economics.EconomicsConfig()
+    assert values["thresholds"] == {chart_key(f): getattr(config, f) for f in threshold_fields()} | {
+        key: getattr(economy, f) for f, key in economics.CHART_THRESHOLDS.items()}
 
 
 @pytest.mark.parametrize(
