@@ -20,6 +20,7 @@ CONTROLLER_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         *((KUEUE, r, v) for r in ("workloads", "clusterqueues", "localqueues", "resourceflavors", "admissionchecks")
           for v in ("list", "watch")),
         (KUEUE, "workloads", "get"),
+        (KUEUE, "workloads", "patch"),  # stall: deactivate a stalled Workload (spec.active: false), opt-in
         (KUEUE, "workloads/status", "patch"),  # our admissionChecks entry, server-side apply
         (KUEUE, "admissionchecks/status", "patch"),  # the Active condition
         *((RAY, r, v) for r in ("rayclusters", "rayjobs") for v in ("list", "watch")),

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import yaml
 
 from autoscaler.core.policy.config import DEFAULT_CONTROLLER_NAME, admission_config, scaling_defaults
+from autoscaler.core.policy.stall import stall_config
 from autoscaler.signals.gpu import UTILIZATION_SOURCES
 from servicekit.argtypes import count, non_negative_seconds, port, positive_seconds
 from servicekit.envflags import DEFAULT_PREFIX, EnvError, HelpFormatter, apply_env
@@ -27,7 +28,7 @@ from servicekit.http import Limits
 from servicekit.listen import listen_arg
 
 ENV_PREFIX = DEFAULT_PREFIX
-SECTIONS = ("admission", "scaling", "webhook")
+SECTIONS = ("admission", "scaling", "stall", "webhook")
 GPU_SIGNALS = ("prometheus", "scrape")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
            "decision in its message; send Events and count decisions with mode=dry_run; never write RayClusters; "
            "the webhook only warns")
     a("--config", dest="config_path", default=None, metavar="PATH",
-      help="YAML policy file with sections admission, scaling, webhook")
+      help="YAML policy file with sections admission, scaling, stall, webhook")
     a("--resync-seconds", type=positive_seconds, default=30.0, metavar="SECONDS",
       help="periodic pass interval (passes also follow watch events)")
     a("--debounce-seconds", type=non_negative_seconds, default=0.2, metavar="SECONDS",
@@ -234,7 +235,7 @@ def validate_settings(settings: Mapping[str, Any], path: str | None) -> None:
     if unknown:
         raise ConfigError(f"--config {path}: unknown section(s) {', '.join(map(repr, unknown))} "
                           f"(known: {', '.join(SECTIONS)})")
-    for check in (admission_config, scaling_defaults, webhook_settings):
+    for check in (admission_config, scaling_defaults, stall_config, webhook_settings):
         try:
             check(settings)
         except (ValueError, TypeError, OverflowError) as e:

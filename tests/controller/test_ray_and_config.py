@@ -209,7 +209,7 @@ def test_check_config_validates_offline_and_says_what_would_run(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("admision:\n  stale_signal_mode: hold\n", "unknown section(s) 'admision' (known: admission, scaling, webhook)"),
+    ("admision:\n  stale_signal_mode: hold\n", "unknown section(s) 'admision' (known: admission, scaling, stall, webhook)"),
     ("admission:\n  staleSignal: hold\n", "config admission.staleSignal: unknown key 'staleSignal'"),
     ("scaling:\n  idle_window: soon\n", "config scaling.idle_window: not a duration"),
     ("scaling:\n  tolerance: [1]\n", "--config"),
