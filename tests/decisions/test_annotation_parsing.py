@@ -228,3 +228,16 @@ def test_config_file_values_in_range_still_parse():
     assert s.scale_up.policies[0].value == 2 and s.scale_up.policies[0].period_seconds == 60
     a = admission_config({"admission": {"max_retries": "3", "check_cpu_memory": "false"}})
     assert (a.max_retries, a.check_cpu_memory) == (3, False)
+
+
+def test_ray_signal_annotations_are_known_and_not_warned_about():
+    """The Ray signal's own annotations (token Secret, dashboard scheme) are read by the cluster layer:
+    the policy parser neither applies nor warns about them, while a misspelt one is still reported."""
+    from autoscaler.core.policy.annotations import policy_from_annotations
+    from autoscaler.core.policy.config import ScalingDefaults
+
+    _, warnings = policy_from_annotations({"queuepilot.io/ray-token-secret": "ray-token",
+                                           "queuepilot.io/ray-dashboard-scheme": "https"}, ScalingDefaults())
+    assert warnings == ()
+    _, warnings = policy_from_annotations({"queuepilot.io/ray-token-secrt": "ray-token"}, ScalingDefaults())
+    assert len(warnings) == 1 and "ray-token-secrt" in warnings[0]

@@ -94,7 +94,9 @@ _FIELDS: dict[str, tuple[str, Setter]] = {
     PREFIX + "down-after-up": (
         "down_after_up_seconds", lambda v, p: replace(p, down_after_up_seconds=parse_duration(v))),
 }
-KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *_FIELDS})
+# read by the cluster layer for the Ray signal (which token Secret, which scheme), not policy knobs
+RAY_SIGNAL_ANNOTATIONS: frozenset[str] = frozenset({PREFIX + "ray-token-secret", PREFIX + "ray-dashboard-scheme"})
+KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *RAY_SIGNAL_ANNOTATIONS, *_FIELDS})
 
 
 def policy_from_annotations(
@@ -113,7 +115,7 @@ def policy_from_annotations(
     keys.sort(key=lambda k: (k != PREFIX + "idle-window", k))
     for key in keys:
         raw = annotations[key]
-        if key == AUTOSCALE_ANNOTATION:
+        if key == AUTOSCALE_ANNOTATION or key in RAY_SIGNAL_ANNOTATIONS:
             continue
         spec = _FIELDS.get(key)
         if spec is None:
