@@ -203,6 +203,7 @@ class Engine:
         self.run_start: dict[str, float] = {}  # workload name -> when its pods were bound
         self._started: set[int] = set()
         self._pass_at: float | None = None
+        self._operator_batched = False
         self.last_decisions: deque[str] = deque(maxlen=50)  # baseline scale changes (queuepilot's: published)
         self.policy_name = policy
         self.policy = make_policy(policy, self.cfg.teams, self.static_replicas)
@@ -323,8 +324,9 @@ class Engine:
             rc.workers_to_delete = list(workers_to_delete)
         if (rc.min_replicas, rc.max_replicas, rc.replicas, rc.workers_to_delete) != before:
             rc.version += 1  # a patch that changes nothing leaves the resourceVersion as it was
-        self._reconcile_workers(rc)
-        self._assign(rc)
+        if not self._operator_batched:  # else the control tick's operator resync reconciles it, in team order
+            self._reconcile_workers(rc)
+            self._assign(rc)
 
     # ---------------------------------------------------------------------------------- run
     def start(self) -> None:
@@ -574,18 +576,25 @@ class Engine:
         self._account(dt)
         if now % self.cfg.timeline_interval_s < dt:
             self._sample_timeline()
-        if self.drive_reconcilers and (self.admission is not None or self.scaling is not None):
-            # the controller's resync pass: one snapshot, admission then scaling
-            snap = self.snapshot(now)
-            if self.admission is not None:
-                await self.admission.reconcile(snap, now)
-            if self.scaling is not None:
-                await self.scaling.reconcile(snap, now)
-        if self.policy.baseline is not None:
-            views = {t: self.group_view(t, now) for t in self.policy.baseline.scalers}
-            for team, action in self.policy.baseline.decide(views).items():
-                self._apply_baseline(self.rays[team], action)
-        for rc in self.rays.values():  # the operator's own resync: create what quota or GPUs held back
+        # the spec writes of this tick are applied at once; the KubeRay operator then reconciles every
+        # RayCluster in team order (so which team's new worker gets a free GPU first does not depend on
+        # who wrote), which also retries the workers that quota or GPUs held back before
+        self._operator_batched = True
+        try:
+            if self.drive_reconcilers and (self.admission is not None or self.scaling is not None):
+                # the controller's resync pass: one snapshot, admission then scaling
+                snap = self.snapshot(now)
+                if self.admission is not None:
+                    await self.admission.reconcile(snap, now)
+                if self.scaling is not None:
+                    await self.scaling.reconcile(snap, now)
+            if self.policy.baseline is not None:
+                views = {t: self.group_view(t, now) for t in self.policy.baseline.scalers}
+                for team, action in self.policy.baseline.decide(views).items():
+                    self._apply_baseline(self.rays[team], action)
+        finally:
+            self._operator_batched = False
+        for rc in self.rays.values():
             self._reconcile_workers(rc)
             self._assign(rc)
         if self.unplaced or any(w.state == RESERVED for w in self.workloads.values()):
