@@ -43,6 +43,9 @@ class AlertConfig:
     # than both of these (so one broken GPU on a cluster whose quota equals its capacity stays quiet)
     capacity_shortfall_gpus: float = 4
     capacity_shortfall_ratio: float = 0.05
+    # Ray: workers reclaimed with Ray actors/tasks on them (killed work) per RayCluster in the last hour at
+    # or above which QueuePilotIdleActorsKilled fires; the controller's default reclaim budget per hour
+    idle_actors_killed_count: float = 4
     # controller
     watch_restart_window: str = "15m"
     watch_restart_count: float = 5

@@ -230,6 +230,15 @@ def alerts(c: AlertConfig) -> list[Alert]:
             f"{n(c.capacity_shortfall_ratio)} of the quota); admitted work will wait or be retried.",
             "queuepilot-queues",
         ),
+        Alert(
+            "QueuePilotStalledWorkload", "warning",
+            f"sum by (cluster_queue) ({cm.STALLED_WORKLOADS.name}{{{c.controller_selector}}}) > 0",
+            "5m",
+            "Admitted workloads hold GPUs that have done no work for the stall window.",
+            "ClusterQueue {{ $labels.cluster_queue }} has {{ printf \"%.0f\" $value }} stalled workload(s) (every "
+            "GPU under the stall threshold for the stall window); see the StalledWorkload Events.",
+            "queuepilot-queues",
+        ),
         # --- Ray ----------------------------------------------------------------------------------
         Alert(
             "QueuePilotRayScalerPinnedAtMax", "warning",
@@ -252,6 +261,19 @@ def alerts(c: AlertConfig) -> list[Alert]:
             "Worker group {{ $labels.group }} of RayCluster {{ $labels.namespace }}/{{ $labels.raycluster }} "
             "has differed from its desired size by {{ printf \"%.0f\" $value }} workers for %FOR% "
             "(positive: workers missing, negative: extra workers).",
+            "queuepilot-ray",
+        ),
+        Alert(
+            "QueuePilotIdleActorsKilled", "info",
+            f'sum by (namespace, raycluster) (increase({cm.RECLAIMED_WORKERS_TOTAL.name}{{reason="idle_actor",{LIVE}}}[1h])) '
+            f">= {n(c.idle_actors_killed_count)}",
+            "1m",
+            "queuepilot reclaimed many GPU workers whose Ray actors or tasks sat idle, killing that work.",
+            "queuepilot deleted {{ printf \"%.0f\" $value }} workers of RayCluster {{ $labels.namespace }}/"
+            "{{ $labels.raycluster }} in the last hour whose GPUs stayed idle while Ray actors/tasks held them; "
+            f"that work was killed (alert threshold {n(c.idle_actors_killed_count)} per hour; past "
+            "scaling.reclaim_budget_per_hour, 4 by default, a cluster's reclaims wait). The "
+            "IdleActorsReclaimed / IdleWorkersReplaced Events name the pods.",
             "queuepilot-ray",
         ),
         # --- controller ---------------------------------------------------------------------------

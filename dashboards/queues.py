@@ -1,5 +1,5 @@
 """Queues: pending workloads, oldest pending age, wait quantiles, pending GPUs by flavor, Kueue quota
-against healthy capacity, admission-check decisions and retry loops."""
+against healthy capacity, admission-check decisions and retry loops, stalled workloads."""
 
 from __future__ import annotations
 
@@ -172,6 +172,32 @@ def build():
                 f"sum by (cluster_queue, reason) (rate({KUEUE_EVICTED}{{{KQ}}}[$__rate_interval]))",
                 "{{cluster_queue}} {{reason}}",
             )),
+        ), 12, 8),
+        (c.row("Stalled workloads"), 24, 1),
+        (c.timeseries(
+            "Stalled workloads",
+            "Admitted workloads whose GPUs have all stayed under stall.gpu_utilization for stall.window, per "
+            "ClusterQueue, and the GPUs (and quota) they hold while computing nothing. Each stall also gives a "
+            "Warning Event StalledWorkload on the Workload; alert QueuePilotStalledWorkload.",
+            "none",
+            c.targets(
+                (f"sum by (cluster_queue) ({cm.STALLED_WORKLOADS.name}{{{Q}}})", "workloads {{cluster_queue}}"),
+                (f"sum by (cluster_queue) ({cm.STALLED_WORKLOAD_GPUS.name}{{{Q}}})",
+                 "GPUs held by stalled workloads {{cluster_queue}}"),
+            ),
+        ), 12, 8),
+        (c.timeseries(
+            "Stalled workloads deactivated",
+            "Stalled workloads set spec.active: false per interval (only in the ClusterQueues and namespaces "
+            "listed in stall.deactivate_*; Kueue evicts them and releases their quota). mode=dry_run: "
+            "would-be deactivations, nothing written.",
+            "short",
+            c.targets((
+                f"sum by (cluster_queue, mode) "
+                f"(increase({cm.STALL_DEACTIVATIONS_TOTAL.name}{{{Q}}}[$__rate_interval]))",
+                "{{cluster_queue}} {{mode}}",
+            )),
+            bars=True,
         ), 12, 8),
     ]
     variables = [

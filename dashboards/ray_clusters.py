@@ -1,6 +1,6 @@
 """Ray clusters: workers current / desired / min / max, pending GPU demand, GPU utilization and idle GPUs
-per group, scale decisions (with reasons, also as annotations), and Ray's own task throughput and
-object-store use (Ray's series, scraped by KubeRay's PodMonitor, which sets ``ray_io_cluster``)."""
+per group, scale decisions (with reasons, also as annotations), workers reclaimed by name (empty or
+holding idle Ray actors), and Ray's own task throughput and object-store use (Ray's series, scraped by KubeRay's PodMonitor, which sets ``ray_io_cluster``)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,20 @@ def build():
                 LEGEND + " {{direction}} {{reason}} {{mode}}",
             )),
             bars=True,
+        ), 24, 8),
+        (c.timeseries(
+            "Workers reclaimed (idle_actor = killed work)",
+            "Workers queuepilot deleted by name (workersToDelete) per interval: reason=empty, nothing ran on "
+            "it; reason=idle_actor, its GPU sat idle while Ray actors/tasks held it and that work was killed "
+            "(reclaim_idle_actors, at most reclaim_budget_per_hour per RayCluster). mode=dry_run: would-be "
+            "deletions.",
+            "short",
+            c.targets((
+                f"sum by ({GROUP}, reason, mode) "
+                f"(increase({cm.RECLAIMED_WORKERS_TOTAL.name}{{{G}}}[$__rate_interval]))",
+                LEGEND + " {{reason}} {{mode}}",
+            )),
+            stacked=True, bars=True,
         ), 24, 8),
         (c.row("Ray"), 24, 1),
         (c.timeseries(

@@ -13,6 +13,7 @@ import yaml
 
 from autoscaler.controller import config as controller_config
 from autoscaler.core.policy.config import AdmissionConfig, ScalingDefaults, admission_config, scaling_defaults
+from autoscaler.core.policy.stall import StallConfig, stall_config
 from autoscaler.webhook.server import webhook_settings
 from exporter import cli as exporter_cli
 from tests.chart.combos import COMBOS
@@ -35,15 +36,26 @@ def test_rendered_config_parses_with_the_policy_parsers() -> None:
     sc = scaling_defaults(settings)
     wh = webhook_settings(settings)
     assert adm.stale_signal_mode == "fail-open" and adm.retry_backoff_cap_seconds == 900
-    assert sc.idle_window_seconds == 600 and sc.target_gpu_utilization == 0.7
+    assert sc.idle_window_seconds == 90 and sc.pressured_idle_window_seconds == 60
+    assert sc.target_gpu_utilization == 0.7 and sc.reclaim_budget_per_hour == 4 and not sc.keep_spare_for_target
+    assert (sc.reclaim_window_seconds, sc.reclaim_grace_seconds, sc.down_after_up_seconds) == (300, 600, 300)
+    # the chart's defaults are the controller's own (an operator reading either sees the same numbers)
+    assert sc == ScalingDefaults()
+    st = stall_config(settings)
+    assert st == StallConfig() and st.enabled and st.window_seconds == 1800 and st.gpu_utilization == 0.05
+    assert st.deactivate_cluster_queues == () and st.deactivate_namespaces == ()  # deactivation is opt-in
     assert dict(wh.namespace_queues) == {"team-a": "team-a-queue", "team-b": "team-b-lq"}
     # a value set through the chart reaches the policy
     settings = _config(render("helm3", ("config.admission.stale_signal_mode=hold", "config.scaling.idle_window=30m")))
     assert admission_config(settings).stale_signal_mode == "hold"
     assert scaling_defaults(settings).idle_window_seconds == 1800
+    settings = _config(render("helm3", ("config.stall.deactivate_cluster_queues={cq-a,cq-b}", "config.stall.window=1h")))
+    st = stall_config(settings)
+    assert st.deactivate_cluster_queues == ("cq-a", "cq-b") and st.window_seconds == 3600
 
 
-@pytest.mark.parametrize(("section", "cls"), [("admission", AdmissionConfig), ("scaling", ScalingDefaults)])
+@pytest.mark.parametrize(("section", "cls"), [("admission", AdmissionConfig), ("scaling", ScalingDefaults),
+                                              ("stall", StallConfig)])
 def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     keys = set(schema["properties"]["config"]["properties"][section]["properties"])
@@ -57,8 +69,11 @@ def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> No
     values = {"admission": {"stale_signal_mode": "hold", "max_retries": 3, "check_cpu_memory": False,
                             "controller_name": "queuepilot.io/gpu-capacity"},
               "scaling": {"tolerance": 0.1, "scale_up": "Pods:2:60", "scale_down": "Percent:50:60",
-                          "reclaim_idle_actors": True}}[section]
-    parse = {"admission": admission_config, "scaling": scaling_defaults}[section]
+                          "reclaim_idle_actors": True, "reclaim_budget_per_hour": 4, "keep_spare_for_target": True,
+                          # at most the idle window (90 s by default)
+                          "pressured_idle_window": "30s", "pressured_idle_window_seconds": 30},
+              "stall": {"enabled": False, "deactivate_cluster_queues": ["x"], "deactivate_namespaces": ["x"]}}[section]
+    parse = {"admission": admission_config, "scaling": scaling_defaults, "stall": stall_config}[section]
     for k in sorted(keys):
         if k in values:
             v = values[k]

@@ -290,6 +290,10 @@ def test_notes(helm: str) -> None:
         (("config.admission.stale_signal_mode=maybe",), "stale_signal_mode"),
         (("config.scaling.target_gpu_utilization=1.5",), "target_gpu_utilization"),
         (("config.webhook.namespace_queues.team-a=Bad_Queue",), "namespace_queues"),
+        (("config.scaling.reclaim_budget_per_hour=5000",), "reclaim_budget_per_hour"),
+        (("config.stall.gpu_utilization=2",), "gpu_utilization"),
+        (("config.stall.deactivate_cluster_queues=cq-a",), "deactivate_cluster_queues"),  # a list, not a name
+        (("config.stall.deactivate=true",), "deactivate"),
         (("exporter.typo=1",), "typo"),
         (("monitoring.kind=Probe",), "monitoring.kind"),
         (("networkPolicy.enabled=true",), "metricsFrom"),  # no peers would mean no scraping at all

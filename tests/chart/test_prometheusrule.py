@@ -26,6 +26,7 @@ CUSTOM = (
     "monitoring.alerts.thresholds.idleWindow=10m",
     "monitoring.alerts.thresholds.capacityShortfallGpus=1",
     "monitoring.alerts.thresholds.capacityShortfallRatio=0.01",  # helm --set passes it as a string
+    "monitoring.alerts.thresholds.idleActorsKilledCount=2",
     "monitoring.alerts.for.QueuePilotExporterDown=2m",
     "monitoring.alerts.for.QueuePilotControllerNoLeader=3m",
     "monitoring.alerts.for.GPUAllocatedIdle=15m",
@@ -81,6 +82,11 @@ def _unit_tests() -> dict:
         # quota equals capacity (32); 2 GPUs broke: quiet with the defaults (4 GPUs / 5 %), loud here
         ('queuepilot_flavor_gpus{flavor="h100",state="nominal"}', "32x50"),
         ('queuepilot_flavor_gpus{flavor="h100",state="healthy"}', "32x4 30x45"),
+        # the renamed controller job reports a stalled workload from 5m
+        ('queuepilot_stalled_workloads{job="qp-ctrl",instance="10.0.1.1:8080",cluster_queue="cq"}', "0x4 1x30"),
+        # two workers with idle Ray actors reclaimed (at 5m and 10m): quiet with the default 4, loud with 2
+        ('queuepilot_reclaimed_workers_total{namespace="team-a",raycluster="rc",group="gpu",reason="idle_actor",'
+         'mode="live"}', "0x4 1x4 2x30"),
     ]
     down = "The exporter at 10.0.0.1:9400 has not answered scrapes for 2m: GPU health and utilization on that node are unknown."
     no_leader = ("No queuepilot controller replica holds the leader lease: admission checks are not answered "
@@ -108,6 +114,20 @@ def _unit_tests() -> dict:
             {"severity": "warning", "flavor": "h100"}, "QueuePilotHealthyCapacityBelowQuota",
             "Flavor h100 is 2 healthy GPUs short of the nominal quota its ClusterQueues promise (more than 1 GPUs "
             "and more than 0.01 of the quota); admitted work will wait or be retried.")),
+    ]
+    checks += [
+        _alert("QueuePilotStalledWorkload", "7m"),
+        _alert("QueuePilotStalledWorkload", "15m", _exp(
+            {"severity": "warning", "cluster_queue": "cq"}, "QueuePilotStalledWorkload",
+            "ClusterQueue cq has 1 stalled workload(s) (every GPU under the stall threshold for the stall window); "
+            "see the StalledWorkload Events.")),
+        _alert("QueuePilotIdleActorsKilled", "7m"),
+        _alert("QueuePilotIdleActorsKilled", "15m", _exp(
+            {"severity": "info", "namespace": "team-a", "raycluster": "rc"}, "QueuePilotIdleActorsKilled",
+            "queuepilot deleted 2 workers of RayCluster team-a/rc in the last hour whose GPUs stayed idle while Ray "
+            "actors/tasks held them; that work was killed (alert threshold 2 per hour; past "
+            "scaling.reclaim_budget_per_hour, 4 by default, a cluster's reclaims wait). The IdleActorsReclaimed / "
+            "IdleWorkersReplaced Events name the pods.")),
     ]
     return {
         "rule_files": ["rules.yaml"],
@@ -148,7 +168,8 @@ def test_the_same_unit_tests_fail_on_the_default_rules(helm: str, tmp_path: Path
     """The unit tests above pin the values: with the chart's defaults the same series give other alerts."""
     failure = _promtool_test(tmp_path, _spec(helm, ()))
     for name in ("QueuePilotExporterDown", "QueuePilotControllerNoLeader", "QueuePilotPendingWorkloadTooOld",
-                 "GPUAllocatedIdle", "QueuePilotHealthyCapacityBelowQuota"):
+                 "GPUAllocatedIdle", "QueuePilotHealthyCapacityBelowQuota", "QueuePilotStalledWorkload",
+                 "QueuePilotIdleActorsKilled"):
         assert f'alertname: {name}' in failure or f'alertname:{name}' in failure.replace(" ", ""), (name, failure)
 
 

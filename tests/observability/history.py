@@ -174,6 +174,14 @@ def controller_history(h: History) -> None:
         h.add("kueue_evicted_workloads_total", {
             **kq, "reason": "AdmissionCheck", "underlying_cause": "", "priority_class": "",
         }, counter(0.01))
+        # stalled workloads (the leader publishes them, 0 for a queue with none): cq-team-a (opted in to
+        # deactivation) had one holding 4 GPUs from 1h, deactivated at 1.5h; cq-team-b has one holding 2
+        # GPUs from 2h to the end (reported only)
+        stalled = (3600, 5400, 4) if i == 0 else (7200, math.inf, 2)
+        h.add(cm.STALLED_WORKLOADS.name, q, lambda t, s=stalled: 1 if s[0] <= t < s[1] else 0)
+        h.add(cm.STALLED_WORKLOAD_GPUS.name, q, lambda t, s=stalled: s[2] if s[0] <= t < s[1] else 0)
+        h.add(cm.STALL_DEACTIVATIONS_TOTAL.name, {**q, "mode": "live"},
+              lambda t, i=i: 1 if i == 0 and t >= 5400 else 0)
     fl = {**ctl, "flavor": "h100"}
     for state, value in (("nominal", 8), ("healthy", 7), ("unhealthy", 1), ("allocated", 4), ("free", 3)):
         h.add(cm.FLAVOR_GPUS.name, {**fl, "state": state}, const(value))
@@ -190,6 +198,11 @@ def controller_history(h: History) -> None:
         h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "up", "reason": "PendingDemand", "mode": "live"}, steps(900))
         h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "down", "reason": "IdleWorkers", "mode": "live"}, steps(1300))
         h.add(cm.SCALE_DECISIONS_TOTAL.name, {**g, "direction": "hold", "reason": "Stable", "mode": "live"}, counter(0.1))
+        # workers deleted by name: rc-tune (reclaim_idle_actors on) loses one with idle Ray actors every
+        # 10 minutes (6 an hour: over the default budget of 4) and an empty one every 20; rc-serve only empty ones
+        if rc == "rc-tune":
+            h.add(cm.RECLAIMED_WORKERS_TOTAL.name, {**g, "reason": "idle_actor", "mode": "live"}, steps(600))
+        h.add(cm.RECLAIMED_WORKERS_TOTAL.name, {**g, "reason": "empty", "mode": "live"}, steps(1200))
         ray = {"job": "ray-head", "namespace": ns, "ray_io_cluster": rc, "SessionName": "session_1"}
         for state, fn in (("RUNNING", wave(6, 3)), ("PENDING_NODE_ASSIGNMENT", wave(2, 2)), ("FINISHED", counter(0.3))):
             h.add("ray_tasks", {**ray, "State": state, "Name": "train_step"}, fn)

@@ -45,3 +45,16 @@ def test_queue_and_controller_alerts_on_history(backfilled, history_end, alert_r
     assert [(r["metric"]["flavor"], r["value"][1]) for r in short] == [("h100", "1")]
     assert _eval(backfilled, alert_rules, "QueuePilotControllerNoLeader", history_end) == []
     assert _eval(backfilled, alert_rules, "QueuePilotControllerSignalStale", history_end) == []
+    # cq-team-b's workload has been stalled since 2h; cq-team-a's was deactivated at 1.5h
+    stalled = _eval(backfilled, alert_rules, "QueuePilotStalledWorkload", history_end)
+    assert [(r["metric"]["cluster_queue"], r["value"][1]) for r in stalled] == [("cq-team-b", "1")]
+
+
+def test_idle_actors_killed_names_the_cluster_over_budget(backfilled, history_end, alert_rules):
+    # rc-tune: 6 workers with idle actors reclaimed an hour (over the default 4); empty workers do not count
+    killed = _eval(backfilled, alert_rules, "QueuePilotIdleActorsKilled", history_end)
+    assert [(r["metric"]["namespace"], r["metric"]["raycluster"]) for r in killed] == [("team-a", "rc-tune")]
+    assert 5 <= float(killed[0]["value"][1]) <= 7
+    lenient = AlertConfig().with_settings(["idle_actors_killed_count=10"])
+    (rule,) = [a for a in alerts(lenient) if a.name == "QueuePilotIdleActorsKilled"]
+    assert backfilled.query(rule.expr, at=history_end) == []
