@@ -37,6 +37,7 @@ from autoscaler.act.writer import Writer
 from autoscaler.cluster import resources as res
 from autoscaler.cluster.cache import WatchCache
 from autoscaler.cluster.client import request_json
+from autoscaler.cluster.secrets import SecretTokens
 from autoscaler.cluster.views import (
     EMPTY,
     admission_check_view,
@@ -61,7 +62,7 @@ from autoscaler.core.snapshot import ClusterSnapshot
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
-from autoscaler.signals.ray import DashboardTarget, RayClient, RaySignals
+from autoscaler.signals.ray import DashboardTarget, RayClient, RayHeadClient, RaySignals
 
 log = logging.getLogger("queuepilot.controller")
 
@@ -410,7 +411,7 @@ class Controller:
             else:
                 self._gpu = _NoGpuSignal()
         if self.ray is None:
-            client = self._ray_client or _default_ray_client(self._session, self.config)
+            client = self._ray_client or _default_ray_client(self._session, self.config, self.api)
             if client is not None:
                 self._ray_client = client
                 self.ray = RaySignals(client, self._ray_error, self.config.ray_concurrency,
@@ -483,8 +484,10 @@ class Controller:
             self._session = None
 
 
-def _default_ray_client(session: aiohttp.ClientSession, config: ControllerConfig) -> RayClient | None:
-    """The Ray dashboard client, or None (Ray demand off, logged once) when it cannot be loaded."""
+def _default_ray_client(session: aiohttp.ClientSession, config: ControllerConfig, api: Any) -> RayClient | None:
+    """The Ray client: each opted-in cluster's own head Service, with the token Secret the cluster
+    names (read through the API server, cached), or the shared ``--ray-token-file`` token; https heads
+    verified against ``--ray-ca-file``.  None (Ray demand off, logged once) when it cannot be loaded."""
     try:
         from autoscaler.signals.ray_demand import RayDashboardClient
     except ImportError as e:
@@ -493,4 +496,6 @@ def _default_ray_client(session: aiohttp.ClientSession, config: ControllerConfig
     token = None
     if config.ray_token_file:
         token = Path(config.ray_token_file).read_text(encoding="utf-8").strip()
-    return RayDashboardClient(session, token=token, timeout=config.ray_timeout_seconds)
+    dashboard = RayDashboardClient(session, timeout=config.ray_timeout_seconds)
+    read_secret = SecretTokens(api).token if api is not None else None
+    return RayHeadClient(dashboard, read_secret=read_secret, shared_token=token, ca_file=config.ray_ca_file)
