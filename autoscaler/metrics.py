@@ -226,6 +226,34 @@ RECOMMENDATION_WITHHELD = MetricSpec(
     "bool", ("namespace", "raycluster", "group", "reason"), "ALPHA", "right-sizing recommender",
 )
 
+# --- MultiKueue dispatcher (manager cluster, --multikueue-dispatcher) ---------------------------------
+WORKER_CLUSTER_GPUS = MetricSpec(
+    "queuepilot_worker_cluster_gpus", "gauge",
+    "GPUs of a ResourceFlavor in a MultiKueue worker cluster by state: healthy, unhealthy, allocated, free "
+    "(healthy, unallocated, unpromised), promised (reserved for nominated workloads).",
+    "count", ("cluster", "flavor", "state"), "ALPHA", "worker Nodes/Pods + shared Prometheus GPU series",
+)
+WORKER_CLUSTER_LARGEST_FREE_BLOCK = MetricSpec(
+    "queuepilot_worker_cluster_largest_free_block_gpus", "gauge",
+    "Largest number of free, healthy, unpromised GPUs on one node of the flavor in a worker cluster.",
+    "count", ("cluster", "flavor"), "ALPHA", "worker Nodes/Pods + shared Prometheus GPU series",
+)
+WORKER_CLUSTER_UP = MetricSpec(
+    "queuepilot_worker_cluster_up", "gauge",
+    "1 when the worker cluster may be nominated (MultiKueueCluster Active, reachable, capacity fresh), else 0.",
+    "bool", ("cluster",), "ALPHA", "MultiKueueClusters + worker caches",
+)
+WORKER_CLUSTER_CAPACITY_AGE = MetricSpec(
+    "queuepilot_worker_cluster_capacity_age_seconds", "gauge",
+    "Seconds since the worker cluster's Nodes and Pods caches were last known current.",
+    "seconds", ("cluster",), "ALPHA", "worker caches",
+)
+DISPATCH_DECISIONS_TOTAL = MetricSpec(
+    "queuepilot_dispatch_decisions_total", "counter",
+    "MultiKueue nominations written (or, with mode=dry_run, that would have been) and nothing-fits verdicts, by reason.",
+    "count", ("reason", "mode"), "ALPHA", "dispatch policy",
+)
+
 QUEUE_FAMILIES = (QUEUE_PENDING_WORKLOADS, QUEUE_OLDEST_PENDING, QUEUE_PENDING_GPUS, QUEUE_WAIT_SECONDS)
 CAPACITY_FAMILIES = (FLAVOR_GPUS, FLAVOR_LARGEST_FREE_BLOCK)
 ADMISSION_FAMILIES = (ADMISSION_DECISIONS_TOTAL, ADMISSION_DECISION_SECONDS, RESERVED_GPUS)
@@ -234,6 +262,12 @@ SCALING_FAMILIES = (SCALE_DECISIONS_TOTAL, RECLAIMED_WORKERS_TOTAL)
 ECONOMICS_FAMILIES = (
     POD_INFO, RECOMMENDATION_GPUS_PER_WORKER, RECOMMENDATION_MIN_REPLICAS, RECOMMENDATION_MAX_REPLICAS,
     RECOMMENDATION_SAVED_GPU_SECONDS, RECOMMENDATION_WITHHELD,
+)
+# rendered by autoscaler.controller.dispatch.FleetCollector (dispatcher mode only); joins CATALOG once
+# tools/gen_metrics_doc.py has a section for them
+FLEET_FAMILIES = (
+    WORKER_CLUSTER_GPUS, WORKER_CLUSTER_LARGEST_FREE_BLOCK, WORKER_CLUSTER_UP, WORKER_CLUSTER_CAPACITY_AGE,
+    DISPATCH_DECISIONS_TOTAL,
 )
 STALL_FAMILIES = (STALLED_WORKLOADS, STALLED_WORKLOAD_GPUS, STALL_DEACTIVATIONS_TOTAL)
 SELF_FAMILIES = (

@@ -4,13 +4,14 @@ Each call is one of the guarded writes in this package: ``workload_status.write_
 (server-side apply of our admission-check entry after a fresh read and the guards),
 ``raycluster_patch.patch_group`` (one JSON patch pinned to the snapshot's resourceVersion),
 ``workload_deactivate.deactivate_workload`` (one merge patch ``spec.active: false`` pinned likewise),
+``workload_nominate.write_nominations`` (server-side apply of ``status.nominatedClusterNames`` only),
 ``admissioncheck_status.ensure_active``; Events go through one background ``EventSink``.  All of
 them share one ``WriteGuard`` (``act.guard``): per-object backoff after a failed write, counted in
 ``queuepilot_write_errors_total`` and ``queuepilot_objects_in_write_backoff``, and a Warning
 ``WritesFailing`` Event on an object whose writes keep failing (once per failure streak).
 
 In dry-run (shadow mode) the check's ``Active`` condition, ``Ready`` check states and Events are
-written; any other check state, every RayCluster patch and every deactivation answer ``dry_run``
+written; any other check state, every RayCluster patch, every nomination and every deactivation answer ``dry_run``
 without a request.
 """
 
@@ -27,9 +28,11 @@ from autoscaler.act.guard import WRITES_FAILING, BackoffPolicy, WriteCounters, W
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.raycluster_patch import patch_group
 from autoscaler.act.workload_deactivate import deactivate_workload
+from autoscaler.act.workload_nominate import write_nominations
 from autoscaler.act.workload_status import write_check_state
 from autoscaler.act.writer import EventTarget, EventType
 from autoscaler.core.policy.admission import AdmissionDecision
+from autoscaler.core.policy.dispatch import DispatchDecision
 from autoscaler.core.policy.scaling import GroupDecision
 from autoscaler.core.policy.stall import StalledWorkload
 from autoscaler.core.snapshot import CHECK_READY
@@ -84,6 +87,10 @@ class KubeWriter:
     async def deactivate_workload(self, stalled: StalledWorkload, now: float) -> WriteOutcome:
         return await deactivate_workload(self.api_client, stalled, field_manager=self.field_manager, now=now,
                                          write_guard=self.guard, dry_run=self.dry_run)
+
+    async def nominate_clusters(self, decision: DispatchDecision, now: float) -> WriteOutcome:
+        return await write_nominations(self.api_client, decision, field_manager=self.field_manager, now=now,
+                                       write_guard=self.guard, dry_run=self.dry_run)
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
         target = ref if isinstance(ref, ObjectRef) else ObjectRef(ref.api_version, ref.kind, ref.namespace,

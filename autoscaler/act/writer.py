@@ -20,6 +20,7 @@ from typing import Literal, Protocol
 
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.core.policy.admission import AdmissionDecision
+from autoscaler.core.policy.dispatch import DispatchDecision
 from autoscaler.core.policy.scaling import GroupDecision
 from autoscaler.core.policy.stall import StalledWorkload
 
@@ -71,6 +72,12 @@ class Writer(Protocol):
         """Set ``spec.active: false`` on the stalled Workload, pinned to the resourceVersion it was
         decided on (Kueue then evicts it and releases its quota).  Never called in dry-run (an
         implementation answers ``dry_run`` without writing if it is called anyway)."""
+        ...
+
+    async def nominate_clusters(self, decision: DispatchDecision, now: float) -> WriteOutcome:
+        """Write the Workload's ``status.nominatedClusterNames`` as ``decision.nominate`` says (MultiKueue's
+        external dispatcher); only that field, only while it holds quota, is not evicted or finished and
+        no worker has admitted it.  In dry-run an implementation answers ``dry_run`` without writing."""
         ...
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:

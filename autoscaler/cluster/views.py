@@ -639,3 +639,97 @@ def node_view(obj: Mapping[str, Any]) -> NodeState:
         cpu_allocatable=parse_quantity(alloc.get("cpu", 0)),
         memory_allocatable=parse_quantity(alloc.get("memory", 0)),
     )
+
+
+# ------------------------------------------------------------------------------------ MultiKueue
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # AdmissionCheck spec.controllerName of MultiKueue
+
+
+@dataclass(frozen=True, slots=True)
+class MultiKueueClusterView:
+    """A MultiKueueCluster: where its kubeconfig lives and whether Kueue reaches it (``Active``)."""
+
+    name: str
+    active: bool
+    secret: str | None  # spec.clusterSource.kubeConfig.location when locationType is Secret
+    location_type: str  # Secret | Path | ClusterProfile
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MultiKueueConfigView:
+    name: str
+    clusters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MultiKueueCheckView:
+    """An AdmissionCheck with MultiKueue's controllerName and the MultiKueueConfig it names."""
+
+    name: str
+    config: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementView:
+    """What the dispatcher reads of a Workload besides ``WorkloadState``: where MultiKueue stands."""
+
+    namespace: str
+    name: str
+    uid: str
+    nominated: tuple[str, ...]
+    cluster_name: str | None
+
+
+def multikueue_cluster_view(obj: Mapping[str, Any]) -> MultiKueueClusterView:
+    md = _metadata(obj)
+    spec = _dict(obj.get("spec"), "spec")
+    source = _dict(spec.get("clusterSource"), "spec.clusterSource")
+    kc = _dict(source.get("kubeConfig"), "spec.clusterSource.kubeConfig")
+    secret: str | None = None
+    if kc:
+        loc = kc.get("location")
+        if not isinstance(loc, str) or not loc:
+            raise MalformedObject("spec.clusterSource.kubeConfig.location is missing")
+        kind = kc.get("locationType") or "Secret"
+        if kind not in ("Secret", "Path"):
+            raise MalformedObject(f"spec.clusterSource.kubeConfig.locationType is {kind!r}")
+        secret = loc if kind == "Secret" else None
+    else:
+        kind = "ClusterProfile" if source.get("clusterProfileRef") else ""
+    active = _conditions(_dict(obj.get("status"), "status")).get("Active", (False, None))[0]
+    return MultiKueueClusterView(name=md["name"], active=active, secret=secret, location_type=str(kind),
+                                 resource_version=str(md.get("resourceVersion", "")))
+
+
+def multikueue_config_view(obj: Mapping[str, Any]) -> MultiKueueConfigView:
+    md = _metadata(obj)
+    spec = _dict(obj.get("spec"), "spec")
+    clusters = _list(spec.get("clusters"), "spec.clusters")
+    if not all(isinstance(c, str) and c for c in clusters):
+        raise MalformedObject("spec.clusters must be a list of names")
+    return MultiKueueConfigView(name=md["name"], clusters=tuple(clusters))
+
+
+def multikueue_check_view(obj: Mapping[str, Any]) -> MultiKueueCheckView | None:
+    """The AdmissionCheck if it is MultiKueue's, else None (not wanted in the cache)."""
+    md = _metadata(obj)
+    spec = _dict(obj.get("spec"), "spec")
+    if spec.get("controllerName") != MULTIKUEUE_CONTROLLER:
+        return None
+    params = _dict(spec.get("parameters"), "spec.parameters")
+    name = params.get("name") if params.get("kind") == "MultiKueueConfig" else None
+    return MultiKueueCheckView(name=md["name"], config=name if isinstance(name, str) and name else None)
+
+
+def placement_view(obj: Mapping[str, Any]) -> PlacementView:
+    md = _metadata(obj)
+    status = _dict(obj.get("status"), "status")
+    nominated = _list(status.get("nominatedClusterNames"), "status.nominatedClusterNames")
+    if not all(isinstance(c, str) for c in nominated):
+        raise MalformedObject("status.nominatedClusterNames must be a list of names")
+    cn = status.get("clusterName")
+    if cn is not None and not isinstance(cn, str):
+        raise MalformedObject("status.clusterName must be a string")
+    return PlacementView(namespace=str(md.get("namespace", "")), name=md["name"], uid=str(md.get("uid", "")),
+                         nominated=tuple(nominated), cluster_name=cn or None)

@@ -46,6 +46,9 @@ class ControllerConfig:
     gpu_signal: str = "prometheus"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     prometheus_selector: str = ""
+    multikueue_dispatcher: bool = False
+    multikueue_namespace: str = "kueue-system"
+    multikueue_cluster_label: str = "cluster"
     exporter_selector: str = "app.kubernetes.io/name=queuepilot-exporter"
     exporter_port: int = 9400
     dry_run: bool = False
@@ -191,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     a("--retry-period-seconds", type=positive_seconds, default=2.0, metavar="SECONDS",
       help="interval between Lease acquire or renew attempts")
     a("--log-level", type=_upper, default="INFO", choices=LOG_LEVELS, help="log verbosity")
+    a("--multikueue-dispatcher", action=argparse.BooleanOptionalAction, default=False,
+      help="manager cluster of MultiKueue: write status.nominatedClusterNames with the worker clusters where a "
+           "workload's pods fit on healthy free GPUs (Kueue's multiKueue.dispatcherName must name queuepilot's "
+           "dispatcher); off: single-cluster behaviour only")
+    a("--multikueue-namespace", default="kueue-system", metavar="NAMESPACE",
+      help="namespace Kueue runs in, where the MultiKueueClusters' kubeconfig Secrets are (--multikueue-dispatcher)")
+    a("--multikueue-cluster-label", default="cluster", metavar="LABEL",
+      help="label of the shared Prometheus that names the worker cluster of each GPU series, matched against the "
+           "MultiKueueCluster name (--multikueue-dispatcher)")
     a("--webhook-listen", default="", metavar="HOST:PORT",
       help="address to serve the queue-name mutating webhook on (TLS); off when empty")
     a("--webhook-cert-dir", default="", metavar="DIR",

@@ -1,0 +1,122 @@
+"""Write ``Workload.status.nominatedClusterNames`` as MultiKueue's external dispatcher.
+
+Kueue (an external ``multiKueue.dispatcherName``) only reads the field: it creates a copy of the
+Workload in every nominated worker cluster and deletes copies in clusters no longer named; when a
+worker admits its copy Kueue sets ``status.clusterName`` and clears the nominations.  So:
+
+- a fresh GET first, then the guards: same uid, ``QuotaReserved=True``, ``Evicted`` and
+  ``Finished`` not True, ``spec.active`` not false, and ``status.clusterName`` unset (once a worker
+  holds it, nominations are Kueue's business);
+- nothing to change (the same list) -> no write;
+- server-side apply on ``/status`` with our field manager, ``force=true``, pinned to the
+  resourceVersion just read; the body is apiVersion/kind/metadata + ONLY
+  ``status.nominatedClusterNames`` (an empty list withdraws every nomination);
+- 409 -> fresh GET and again (bounded); anything else -> the guard's per-object backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+
+from autoscaler.act.guard import Failure, WriteGuard, WriteKey
+from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.workload_status import APPLY, GROUP, PLURAL, RESOURCE, VERSION, _cond_true
+from autoscaler.core.policy.dispatch import DispatchDecision
+
+
+def guard(obj: Mapping[str, Any], decision: DispatchDecision) -> str:
+    """'' when we may write ``decision``'s nominations onto ``obj`` (a fresh read), else why not."""
+    md = obj.get("metadata") or {}
+    if decision.uid and md.get("uid") and md.get("uid") != decision.uid:
+        return "recreated"
+    if not _cond_true(obj, "QuotaReserved"):
+        return "no_quota"
+    if _cond_true(obj, "Evicted"):
+        return "evicted"
+    if _cond_true(obj, "Finished"):
+        return "finished"
+    if (obj.get("spec") or {}).get("active") is False:
+        return "inactive"
+    if (obj.get("status") or {}).get("clusterName"):
+        return "placed"
+    return ""
+
+
+def apply_body(obj: Mapping[str, Any], decision: DispatchDecision) -> dict[str, Any] | None:
+    """The SSA body, or None when the field already says the same."""
+    if decision.nominate is None:
+        return None
+    current = (obj.get("status") or {}).get("nominatedClusterNames") or []
+    if list(current) == list(decision.nominate):
+        return None
+    md = obj.get("metadata") or {}
+    meta = {"name": md.get("name", decision.name), "namespace": md.get("namespace", decision.namespace),
+            "resourceVersion": md.get("resourceVersion", decision.resource_version)}
+    if md.get("uid"):
+        meta["uid"] = md["uid"]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": meta,
+            "status": {"nominatedClusterNames": list(decision.nominate)}}
+
+
+def nomination_key(decision: DispatchDecision) -> WriteKey:
+    return WriteKey(RESOURCE, f"{GROUP}/{VERSION}", "Workload", decision.namespace, decision.name, decision.uid)
+
+
+async def write_nominations(
+    api_client: ApiClient | None,
+    decision: DispatchDecision,
+    *,
+    field_manager: str,
+    now: float,
+    write_guard: WriteGuard | None = None,
+    dry_run: bool = False,
+    max_attempts: int = 3,
+) -> WriteOutcome:
+    """Fresh read, guards, SSA of ``status.nominatedClusterNames``; dry-run and no client write nothing."""
+    if api_client is None:
+        return WriteOutcome("dry_run", "no_client", 0)
+    if dry_run:
+        return WriteOutcome("dry_run", "dry_run", 0)
+    if decision.nominate is None:
+        return WriteOutcome("unchanged", "", 0)
+    wg = write_guard or WriteGuard()
+    key = nomination_key(decision)
+    held = wg.blocked(key, now)
+    if held is not None:
+        return held
+    api = CustomObjectsApi(api_client)
+    attempts = 0
+    while attempts < max_attempts:
+        attempts += 1
+        got = await wg.call(key, partial(api.get_namespaced_custom_object, GROUP, VERSION, decision.namespace,
+                                         PLURAL, decision.name), now, expected=(404,))
+        if isinstance(got, Failure):
+            if got.status == 404:
+                wg.settled(key)
+                return WriteOutcome("skipped", "gone", attempts)
+            return WriteOutcome("error", got.kind, attempts)
+        why = guard(got, decision)
+        if why:
+            wg.settled(key)
+            return WriteOutcome("skipped", why, attempts)
+        body = apply_body(got, decision)
+        if body is None:
+            wg.settled(key)
+            return WriteOutcome("unchanged", "", attempts)
+        retry = attempts < max_attempts
+        put = await wg.call(key, partial(api.patch_namespaced_custom_object_status, GROUP, VERSION,  # type: ignore[call-arg]
+                                         decision.namespace, PLURAL, decision.name, body, field_manager=field_manager,
+                                         force=True, _content_type=APPLY), now, expected=(409,) if retry else ())
+        if isinstance(put, Failure):
+            if put.status == 409 and retry:
+                continue
+            if put.status == 409:
+                return WriteOutcome("conflict", "conflict", attempts)
+            return WriteOutcome("error", put.kind, attempts)
+        wg.succeeded(key, "patch")
+        return WriteOutcome("written", "", attempts)
+    return WriteOutcome("conflict", "conflict", attempts)
