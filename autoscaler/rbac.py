@@ -40,3 +40,18 @@ CONTROLLER_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
 )
 
 NAMED_SECRET_CALLS: frozenset[tuple[str, str, str]] = frozenset({("", "secrets", "get")})
+
+# MultiKueue dispatcher mode (``--multikueue-dispatcher``, manager cluster only; the chart grants these
+# only with ``controller.multikueue.dispatcher: true``).  Workloads (list/watch/get, status patch),
+# AdmissionChecks (list/watch) and Events are already in CONTROLLER_API_CALLS.
+MULTIKUEUE_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {(KUEUE, r, v) for r in ("multikueueclusters", "multikueueconfigs") for v in ("list", "watch")}
+)
+# the kubeconfig Secrets MultiKueueClusters name, in Kueue's namespace: granted per Secret name only
+# (``controller.multikueue.kubeconfigSecrets``)
+MULTIKUEUE_SECRET_CALLS: frozenset[tuple[str, str, str]] = NAMED_SECRET_CALLS
+# what the dispatcher asks of each WORKER cluster, with the identity of the MultiKueue kubeconfig
+# (granted there, next to what Kueue's MultiKueue needs; docs/multicluster.md)
+WORKER_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")}
+)

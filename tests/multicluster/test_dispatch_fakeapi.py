@@ -7,6 +7,12 @@ import asyncio
 import pytest
 
 from autoscaler.controller.dispatch import DispatchReconciler
+from autoscaler.rbac import (
+    CONTROLLER_API_CALLS,
+    MULTIKUEUE_API_CALLS,
+    MULTIKUEUE_SECRET_CALLS,
+    WORKER_API_CALLS,
+)
 from tests.controller.objects import KUEUE
 from tests.fakeapi.server import FakeApiServer
 from tests.multicluster.conftest import Fleet3, gpu_node, gpu_pod, mk_workload
@@ -41,6 +47,11 @@ async def test_nominated_only_where_it_fits(fleet3: Fleet3, trouble: str) -> Non
         assert "train" in str(d.ledgers["worker-b"].reservations)
         assert not d.ledgers["worker-a"].reservations
         await fleet3.wait_for(lambda: ("Nominated", "live") in d.published.decisions)
+        # every request is one the RBAC grants: manager (chart ClusterRoles + named Secrets), workers (nodes, pods)
+        assert fleet3.manager.observed_calls() <= CONTROLLER_API_CALLS | MULTIKUEUE_API_CALLS | MULTIKUEUE_SECRET_CALLS
+        assert {c for c in fleet3.manager.observed_calls() if c[1] == "secrets"} == {("", "secrets", "get")}
+        for w in (a, b):
+            assert w.observed_calls() <= WORKER_API_CALLS
 
 
 async def test_none_fits_event_names_largest_blocks(fleet3: Fleet3) -> None:
