@@ -107,6 +107,10 @@ class FleetSource:
         self._settle_seconds = settle_seconds
         self._started_at: float | None = None
 
+    @property
+    def running(self) -> bool:
+        return self._started_at is not None
+
     async def start(self) -> None:
         self._started_at = self._clock()
         self.fleet.start()
@@ -114,6 +118,7 @@ class FleetSource:
                        asyncio.create_task(self._every(self._gpu_poll_seconds, self.poll_gpu), name="fleet-gpu")]
 
     async def stop(self) -> None:
+        self._started_at = None  # the dispatcher decides nothing from here on
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -152,9 +157,9 @@ class FleetSource:
     def settled(self, now: float) -> bool:
         """The manager caches listed and every MultiKueueCluster either has a worker whose caches listed
         once, or a known failure — or ``settle_seconds`` passed since ``start``."""
-        if not self.fleet.synced:
+        if not self.fleet.synced or self._started_at is None:
             return False
-        if self._started_at is not None and now - self._started_at > self._settle_seconds:
+        if now - self._started_at > self._settle_seconds:
             return True
         for name in self.fleet.clusters.items:
             w = self.fleet.workers.get(name)

@@ -201,3 +201,11 @@ def test_history_of_gone_workloads_dropped():
 def test_empty_ledgers_keep_unknown_workers():
     r = decide([], [], ledgers={"z": Ledger()})
     assert "z" in r.ledgers
+
+
+def test_nothing_usable_keeps_nominations():
+    wl = workload("w1", (("main", 1, 8),))
+    r = decide([target(wl, nominated=("a",))], [worker("a", [node("a1", 8)], reachable=False),
+                                                worker("b", [node("b1", 8)], active=False)])
+    (d,) = r.decisions
+    assert d.reason == D.NO_USABLE_CLUSTER and d.nominate is None and not d.changes

@@ -25,7 +25,9 @@ all-at-once / incremental names) Kueue only reads that field: this policy fills 
    ledger, so no later workload of this pass (or of a later pass) is promised the same GPUs;
 6. none fits -> reason ``NoClusterFits`` (or ``NoUsableCluster``) with a message naming, per
    cluster, why and its largest free blocks per flavor; ``retry_after = min(cap, base * 2^n)``
-   and the workload's history counts the attempt.  Nominations it had are withdrawn.
+   and the workload's history counts the attempt.  Nominations it had are withdrawn — unless no
+   cluster is usable at all (the manager lost every worker, or is shutting down): then they stand,
+   so a manager-side partition does not make Kueue delete every remote copy.
 
 A workload without GPU pod sets is nominated to every usable cluster (quota decides there).
 ``release_worker_ledger`` ends a worker's reservations whose workload ended, went to another
@@ -330,7 +332,9 @@ def decide_dispatch(
         hist[t.workload.key] = DispatchHistory(h.attempts + 1, now + after)
         for w in state.values():
             w.drop(t.workload)
-        return _decision(t, (), reason, f"{message}; retry in {after}s", retry_after_seconds=after,
+        # nothing usable at all (e.g. the manager lost its network): nominations stand, no churn of copies
+        keep = reason == NO_USABLE_CLUSTER and bool(t.nominated)
+        return _decision(t, None if keep else (), reason, f"{message}; retry in {after}s", retry_after_seconds=after,
                          blocks=frozen_map({c: frozen_map(b) for c, b in (blocks or {}).items()}))
 
     for t in todo:
