@@ -39,6 +39,7 @@ NS = "kueue-system"
 MK_CHECK = "mk"
 MK_CONFIG = "mk-config"
 WORKERS = ("worker-a", "worker-b")
+FROZEN: set[str] = set()  # workers whose GPU series stop arriving in the shared Prometheus
 
 
 class WorkerGpu:
@@ -52,6 +53,8 @@ class WorkerGpu:
         self.reading = GpuReading()
 
     async def poll(self, now: float) -> None:
+        if self.cluster in FROZEN:
+            return
         gpus = tuple(GpuState(uuid=f"{n}-{i}", node=n, index=i, healthy=False)
                      for n, k in self._unhealthy.get(self.cluster, {}).items() for i in range(k))
         self.reading = GpuReading(gpus=gpus, observed_at=now)
@@ -161,6 +164,7 @@ async def fleet3(tmp_path: Path) -> AsyncIterator[Fleet3]:
         for name in ("manager", *WORKERS):
             (tmp_path / name).mkdir()
             servers[name] = await FakeApiServer(crds, workdir=tmp_path / name).start()
+        FROZEN.clear()
         f = Fleet3(servers["manager"], {w: servers[w] for w in WORKERS})
         f.setup_manager()
         yield f

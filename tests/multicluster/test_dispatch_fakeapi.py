@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from autoscaler.controller.dispatch import DispatchReconciler
+from autoscaler.core.policy.dispatch import DispatchConfig
 from autoscaler.rbac import (
     CONTROLLER_API_CALLS,
     MULTIKUEUE_API_CALLS,
@@ -15,7 +16,7 @@ from autoscaler.rbac import (
 )
 from tests.controller.objects import KUEUE
 from tests.fakeapi.server import FakeApiServer
-from tests.multicluster.conftest import Fleet3, gpu_node, gpu_pod, mk_workload
+from tests.multicluster.conftest import FROZEN, Fleet3, gpu_node, gpu_pod, mk_workload
 
 
 def dispatcher(f: Fleet3) -> DispatchReconciler:
@@ -123,3 +124,13 @@ async def test_multikueue_crds_are_served(fleet3: Fleet3) -> None:
     m: FakeApiServer = fleet3.manager
     assert {c["metadata"]["name"] for c in m.list(KUEUE, "MultiKueueCluster")} == {"worker-a", "worker-b"}
     assert m.get(KUEUE, "MultiKueueConfig", "mk-config")["spec"]["clusters"] == ["worker-a", "worker-b"]
+
+
+async def test_stale_gpu_health_drops_out(fleet3: Fleet3) -> None:
+    fleet3.workers["worker-a"].create(gpu_node("a1"))
+    fleet3.workers["worker-b"].create(gpu_node("b1"))
+    fleet3.manager.create(mk_workload("train"))
+    async with fleet3.running(config=DispatchConfig(stale_seconds=1.0)):
+        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a", "worker-b"])
+        FROZEN.add("worker-b")  # its series stop arriving in the shared Prometheus
+        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a"], within=20)
