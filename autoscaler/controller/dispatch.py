@@ -56,7 +56,7 @@ from autoscaler.core.policy.dispatch import (
     worker_problem,
 )
 from autoscaler.core.policy.ledger import Ledger
-from autoscaler.core.snapshot import ClusterSnapshot
+from autoscaler.core.snapshot import ClusterSnapshot, WorkloadState
 from autoscaler.signals.gpu import GpuReading, GpuSignalSource
 
 log = logging.getLogger(__name__)
@@ -179,13 +179,16 @@ class FleetSource:
         sig = self._gpu.get(name)
         return sig.reading if sig is not None else GpuReading()
 
-    def views(self, manager: ClusterSnapshot, now: float) -> dict[str, WorkerView]:
-        """One ``WorkerView`` per MultiKueueCluster (unconnected ones: unreachable, no nodes)."""
+    def views(self, manager: ClusterSnapshot, now: float,
+              workloads: Mapping[str, WorkloadState] | None = None) -> dict[str, WorkerView]:
+        """One ``WorkerView`` per MultiKueueCluster (unconnected ones: unreachable, no nodes).
+        ``workloads``: the manager Workloads the ledgers may hold (default: all of them)."""
         out: dict[str, WorkerView] = {}
+        wls = manager.workloads if workloads is None else workloads
         for name, mkc in self.fleet.clusters.items.items():
             w = self.fleet.workers.get(name)
             objects = ClusterObjects(
-                workloads=manager.workloads, flavors=manager.flavors,
+                workloads=wls, flavors=manager.flavors,
                 nodes=dict(w.nodes.items) if w is not None else {}, pods=dict(w.pods.items) if w is not None else {},
             )
             snap = build_snapshot(objects, self._gpu_reading(name, now), {}, now, self._build)
@@ -286,9 +289,10 @@ class DispatchReconciler:
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         if not self.fleet.fleet.synced:
             return
-        workers = self.fleet.views(snapshot, now)
         targets = self.fleet.targets(snapshot)
         by_key = {t.workload.key: t for t in targets}
+        # only the dispatched Workloads go into the worker snapshots (the ledgers hold nothing else)
+        workers = self.fleet.views(snapshot, now, {k: t.workload for k, t in by_key.items()})
         if not self.fleet.settled(now):
             return  # workers still connecting: deciding now would back every workload off for nothing
         ledgers = {name: release_worker_ledger(self.ledgers.get(name, Ledger()), w, by_key, now,
