@@ -209,3 +209,19 @@ def test_nothing_usable_keeps_nominations():
                                                 worker("b", [node("b1", 8)], active=False)])
     (d,) = r.decisions
     assert d.reason == D.NO_USABLE_CLUSTER and d.nominate is None and not d.changes
+
+
+@settings(max_examples=80, deadline=None)
+@given(frees=st.lists(st.integers(0, 8), min_size=1, max_size=12), count=st.integers(1, 4),
+       gpus=st.sampled_from([1, 2, 4, 8]))
+def test_property_fragmentation_score_matches_brute_force(frees, count, gpus):
+    w = worker("a", [node(f"n{i}", 8, requested=8 - f) for i, f in enumerate(frees)])
+    wl = workload("w", (("main", count, gpus),))
+    state = D._Worker(w, Ledger(), CFG)
+    fit, _ = state.fit({"a100": D._gpu_sets(wl)})
+    if fit is None:
+        return
+    used = fit.reservation["a100"]
+    after = {f"n{i}": f - used.get(f"n{i}", 0) for i, f in enumerate(frees)}
+    assert fit.leftover == sum(after[n] for n in used)
+    assert fit.largest_left == max(after.values())

@@ -36,13 +36,21 @@ cluster, or whose GPUs now show as requested on their nodes (``ledger.release``)
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from autoscaler.core.policy.admission import _Capacity, eligible
 from autoscaler.core.policy.ledger import Ledger, release
-from autoscaler.core.policy.packing import shape_of
-from autoscaler.core.snapshot import GPU_RESOURCE, ClusterSnapshot, PodSetSpec, WorkloadState, frozen_map
+from autoscaler.core.policy.packing import FreeBins, shape_of
+from autoscaler.core.snapshot import (
+    GPU_RESOURCE,
+    ClusterSnapshot,
+    NodeState,
+    PodSetSpec,
+    WorkloadState,
+    frozen_map,
+)
 
 __all__ = [
     "DISPATCH_REASONS",
@@ -233,6 +241,12 @@ class _Worker:
         self.cap = _Capacity(view.snapshot, ledger, config.check_cpu_memory)
         self.new: list[tuple[str, str, Mapping[str, Mapping[str, int]], float, Mapping[str, Mapping[str, int]] | None]]
         self.new = []
+        self._names: dict[str, dict[str, NodeState]] = {}
+
+    def _by_name(self, flavor: str) -> dict[str, NodeState]:
+        if flavor not in self._names:
+            self._names[flavor] = {n.name: n for n in self.cap.nodes(flavor)}
+        return self._names[flavor]
 
     def holds(self, wl: WorkloadState) -> bool:
         r = self.ledger.reservations.get(wl.key)
@@ -254,18 +268,24 @@ class _Worker:
                 if ps.gpus_per_pod > biggest:
                     return None, f"{ps.name} needs {ps.gpus_per_pod} GPUs per pod, largest {flavor} node has {biggest}"
             room = self.cap.free(flavor)
-            before = _free_by_node(self.cap, flavor)
             result = room.pack([shape_of(ps, c) for ps, c, _ in fsets])
             if not result.fits:
-                blocks = room.blocks()
+                top, free = _top_blocks(room, _MAX_BLOCKS + 1)
                 needed = sum(c * ps.gpus_per_pod for ps, c, _ in fsets)
-                kind = "insufficient" if sum(blocks) < needed else "fragmented"
-                return None, f"{kind} on {flavor}: largest free blocks {_fmt_blocks(tuple(blocks))}"
+                kind = "insufficient" if free < needed else "fragmented"
+                return None, f"{kind} on {flavor}: largest free blocks {_fmt_blocks(top)}"
             used = result.gpus_by_node()
             reservation[flavor] = frozen_map(used)
-            leftover += sum(before.get(n, 0) - g for n, g in used.items())
-            after = [before.get(n, 0) - used.get(n, 0) for n in before]
-            largest = max(largest, max(after, default=0))
+            nodes = self._by_name(flavor)
+            before = {n: max(0, nodes[n].free_gpus - self.cap.promised.get(n, 0)) for n in used}
+            left = {n: before[n] - g for n, g in used.items()}
+            leftover += sum(left.values())
+            # the largest block of a node the placement does not touch: the top len(used)+1 blocks
+            # less the touched nodes' own blocks
+            rest = Counter(_top_blocks(room, len(used) + 1)[0])
+            rest.subtract(before.values())
+            untouched = max((b for b, k in rest.items() if k > 0), default=0)
+            largest = max(largest, untouched, max(left.values(), default=0))
         return _Fit(self.view.name, reservation, leftover, largest), ""
 
     def take(self, wl: WorkloadState, reservation: Mapping[str, Mapping[str, int]], now: float) -> None:
@@ -273,7 +293,8 @@ class _Worker:
         self.new.append((wl.key, wl.uid, reservation, now, None))
 
     def blocks(self, flavors: Iterable[str]) -> dict[str, tuple[int, ...]]:
-        return {f: tuple(self.cap.free(f).blocks()) for f in sorted(flavors) if self.cap.nodes(f)}
+        """The largest free blocks per flavor (at most a few more than a message shows)."""
+        return {f: _top_blocks(self.cap.free(f), 2 * _MAX_BLOCKS)[0] for f in sorted(flavors) if self.cap.nodes(f)}
 
     def drop(self, wl: WorkloadState) -> None:
         """Give back ``wl``'s promise on this worker (the nomination is being replaced)."""
@@ -291,12 +312,18 @@ class _Worker:
         return self.ledger.reserve_all(self.new, self.view.snapshot) if self.new else self.ledger
 
 
-def _free_by_node(cap: _Capacity, flavor: str) -> dict[str, int]:
-    """Free unpromised GPUs per node of ``flavor`` now (the bins' view, recomputed from the nodes)."""
-    out: dict[str, int] = {}
-    for n in cap.nodes(flavor):
-        out[n.name] = max(0, n.free_gpus - cap.promised.get(n.name, 0))
-    return out
+def _top_blocks(room: FreeBins, k: int) -> tuple[tuple[int, ...], int]:
+    """(the ``k`` largest free blocks, all free GPUs) of ``room`` in O(distinct block sizes + k), not
+    O(nodes): the bins are kept in buckets by free GPUs."""
+    buckets = room._buckets  # size -> nodes with that many free GPUs
+    top: list[int] = []
+    free = 0
+    for size in sorted(buckets, reverse=True):
+        n = len(buckets[size])
+        free += size * n
+        if len(top) < k:
+            top += [size] * min(n, k - len(top))
+    return tuple(top), free
 
 
 def _decision(t: DispatchTarget, nominate: tuple[str, ...] | None, reason: str, message: str, **kw: object) -> DispatchDecision:
