@@ -49,6 +49,7 @@ def render() -> str:
         _table("Controller: stalled workloads", controller_metrics.STALL_FAMILIES),
         _table("Controller: self-metrics", controller_metrics.SELF_FAMILIES),
         _table("Controller: GPU economics (docs/economics.md)", controller_metrics.ECONOMICS_FAMILIES),
+        _table("Controller: MultiKueue dispatcher (docs/multicluster.md)", controller_metrics.FLEET_FAMILIES),
     ]
     return "\n".join(parts)
 
