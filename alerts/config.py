@@ -51,6 +51,9 @@ class AlertConfig:
     watch_restart_count: float = 5
     write_error_window: str = "15m"
     write_error_count: float = 0
+    # MultiKueue dispatcher: seconds since a worker cluster's Nodes/Pods were last current above which
+    # QueuePilotWorkerCapacityStale fires (the dispatcher stops nominating it after 120 s)
+    worker_capacity_stale_seconds: float = 300
     # per-alert `for` overrides, alert name -> duration
     for_overrides: dict[str, str] = field(default_factory=dict)
 

@@ -47,6 +47,11 @@ _POD_NORMALIZE = (
 )
 
 
+def _leader_only(expr: str, selector: str) -> str:
+    """``expr`` as exported by the replica holding the leader lease (same scrape target)."""
+    return f"({expr}) and on (job, instance) ({cm.IS_LEADER.name}{{{selector}}} == 1)"
+
+
 # where a description names how long the condition has held: replaced by the alert's `for`
 FOR_MARK = "%FOR%"
 
@@ -316,6 +321,29 @@ def alerts(c: AlertConfig) -> list[Alert]:
             "The controller fails to write to the API server.",
             "{{ printf \"%.0f\" $value }} writes to {{ $labels.resource }} failed with {{ $labels.kind }} "
             f"errors in {c.write_error_window} after retries; decisions are not being applied.",
+            "queuepilot-controller",
+        ),
+        # --- MultiKueue dispatcher (manager cluster) -------------------------------------------------
+        # only the leader's view: a replica that lost the lease keeps exporting its last values
+        Alert(
+            "QueuePilotWorkerClusterUnreachable", "warning",
+            _leader_only(f"{cm.WORKER_CLUSTER_UP.name}{{{c.controller_selector}}} == 0", c.controller_selector),
+            "5m",
+            "A MultiKueue worker cluster cannot be nominated.",
+            "Worker cluster {{ $labels.cluster }} has been inactive, unreachable or stale for %FOR%; "
+            "queuepilot nominates no workload to it.",
+            "queuepilot-controller",
+        ),
+        Alert(
+            "QueuePilotWorkerCapacityStale", "warning",
+            _leader_only(
+                f"{cm.WORKER_CLUSTER_CAPACITY_AGE.name}{{{c.controller_selector}}} > {n(c.worker_capacity_stale_seconds)}",
+                c.controller_selector,
+            ),
+            "5m",
+            "The dispatcher's view of a worker cluster's Nodes and Pods is old.",
+            "Nodes/Pods of {{ $labels.cluster }} were last current {{ printf \"%.0f\" $value }}s ago; check its "
+            "API server and the MultiKueue kubeconfig Secret.",
             "queuepilot-controller",
         ),
     ]

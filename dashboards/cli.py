@@ -9,7 +9,7 @@ from pathlib import Path
 
 from grafanalib.core import Dashboard
 
-from dashboards import economics, gpu_fleet, queuepilot_self, queues, ray_clusters
+from dashboards import economics, fleet, gpu_fleet, queuepilot_self, queues, ray_clusters
 from dashboards.common import render
 
 # file name -> builder; the file names are what the Helm chart's ConfigMap globs
@@ -19,6 +19,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "ray-clusters.json": ray_clusters.build,
     "queuepilot.json": queuepilot_self.build,
     "economics.json": economics.build,
+    "fleet.json": fleet.build,
 }
 
 

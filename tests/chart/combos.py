@@ -49,6 +49,12 @@ COMBOS: dict[str, Combo] = {
         sets=(*MAPPING, "networkPolicy.enabled=true",
               "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring"),
         present=CORE | {"NetworkPolicy"}),
+    # MultiKueue manager cluster: the dispatcher flags and its RBAC (tests/multicluster/test_chart_rbac.py)
+    "multikueue-dispatcher": Combo(
+        sets=("controller.multikueue.dispatcher=true", "controller.multikueue.namespace=kueue",
+              "controller.multikueue.kubeconfigSecrets={worker-a-kc,worker-b-kc}",
+              "controller.multikueue.clusterLabel=k8s_cluster"),
+        present=CORE),
     "exporter-off": Combo(sets=("exporter.enabled=false",), present=CORE - {"DaemonSet"},
                           absent=frozenset({"DaemonSet"})),
 }

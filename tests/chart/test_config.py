@@ -105,6 +105,9 @@ def test_controller_args_parse(combo: str, tmp_path: Path) -> None:
     assert cfg.listen_port == 8080
     assert cfg.leader_elect is ("--no-leader-elect" not in args)
     assert cfg.dry_run is ("--dry-run" in args)
+    assert cfg.multikueue_dispatcher is ("--multikueue-dispatcher" in args)
+    if combo == "multikueue-dispatcher":
+        assert (cfg.multikueue_namespace, cfg.multikueue_cluster_label) == ("kueue", "k8s_cluster")
     assert cfg.settings == _config(r)
 
 

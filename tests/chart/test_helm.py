@@ -155,6 +155,27 @@ def test_controller_deployment(helm: str) -> None:
 
 
 @pytest.mark.parametrize("helm", HELMS)
+def test_multikueue_dispatcher_args(helm: str) -> None:
+    def args(sets: tuple[str, ...]) -> list[str]:
+        return render(helm, sets).one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert not [a for a in args(()) if a.startswith("--multikueue")]  # off by default
+    on = args(("controller.multikueue.dispatcher=true",))
+    assert [a for a in on if a.startswith("--multikueue")] == [
+        "--multikueue-dispatcher", "--multikueue-namespace=kueue-system", "--multikueue-cluster-label=cluster"]
+    custom = args(COMBOS["multikueue-dispatcher"].sets)
+    assert [a for a in custom if a.startswith("--multikueue")] == [
+        "--multikueue-dispatcher", "--multikueue-namespace=kueue", "--multikueue-cluster-label=k8s_cluster"]
+    # the namespace and Secrets reach the RBAC too
+    role = render(helm, COMBOS["multikueue-dispatcher"].sets).one("Role", "-multikueue-kubeconfigs")
+    assert role["metadata"]["namespace"] == "kueue"
+    assert role["rules"][0]["resourceNames"] == ["worker-a-kc", "worker-b-kc"]
+    # values without the dispatcher flag change nothing
+    off = args(("controller.multikueue.namespace=kueue", "controller.multikueue.clusterLabel=region"))
+    assert not [a for a in off if a.startswith("--multikueue")]
+
+
+@pytest.mark.parametrize("helm", HELMS)
 def test_services_select_their_pods(helm: str) -> None:
     r = render(helm, MAPPING)
     pods = {d["kind"]: d["spec"]["template"]["metadata"]["labels"] for d in r.docs if d["kind"] in ("DaemonSet", "Deployment")}
@@ -297,6 +318,11 @@ def test_notes(helm: str) -> None:
         (("exporter.typo=1",), "typo"),
         (("monitoring.kind=Probe",), "monitoring.kind"),
         (("networkPolicy.enabled=true",), "metricsFrom"),  # no peers would mean no scraping at all
+        (("controller.multikueue.clusterLabel=k8s-cluster",), "multikueue.clusterLabel"),  # not a Prometheus label name
+        (("controller.multikueue.namespace=Kueue_System",), "multikueue.namespace"),
+        (("controller.multikueue.kubeconfigSecrets={a-kc,a-kc}",), "multikueue.kubeconfigSecrets"),
+        (("controller.multikueue.dispatcher=maybe",), "multikueue.dispatcher"),
+        (("controller.multikueue.workers=3",), "workers"),
     ],
 )
 def test_schema_rejects_bad_values(helm: str, sets: tuple[str, ...], field: str) -> None:

@@ -27,6 +27,7 @@ CUSTOM = (
     "monitoring.alerts.thresholds.capacityShortfallGpus=1",
     "monitoring.alerts.thresholds.capacityShortfallRatio=0.01",  # helm --set passes it as a string
     "monitoring.alerts.thresholds.idleActorsKilledCount=2",
+    "monitoring.alerts.thresholds.workerCapacityStaleSeconds=60",
     "monitoring.alerts.for.QueuePilotExporterDown=2m",
     "monitoring.alerts.for.QueuePilotControllerNoLeader=3m",
     "monitoring.alerts.for.GPUAllocatedIdle=15m",
@@ -87,6 +88,10 @@ def _unit_tests() -> dict:
         # two workers with idle Ray actors reclaimed (at 5m and 10m): quiet with the default 4, loud with 2
         ('queuepilot_reclaimed_workers_total{namespace="team-a",raycluster="rc",group="gpu",reason="idle_actor",'
          'mode="live"}', "0x4 1x4 2x30"),
+        # the leader's (renamed job) view of a MultiKueue worker: its Nodes/Pods age 30 s a minute; over 60 s
+        # from 3m (stale for 5m at 8m); with the default 300 s only from 11m, when no replica leads any more
+        ('queuepilot_worker_cluster_capacity_age_seconds{job="qp-ctrl",instance="10.0.1.1:8080",cluster="worker-b"}',
+         "0+30x34"),
     ]
     down = "The exporter at 10.0.0.1:9400 has not answered scrapes for 2m: GPU health and utilization on that node are unknown."
     no_leader = ("No queuepilot controller replica holds the leader lease: admission checks are not answered "
@@ -121,6 +126,12 @@ def _unit_tests() -> dict:
             {"severity": "warning", "cluster_queue": "cq"}, "QueuePilotStalledWorkload",
             "ClusterQueue cq has 1 stalled workload(s) (every GPU under the stall threshold for the stall window); "
             "see the StalledWorkload Events.")),
+        _alert("QueuePilotWorkerCapacityStale", "6m"),
+        _alert("QueuePilotWorkerCapacityStale", "9m", _exp(
+            {"severity": "warning", "job": "qp-ctrl", "instance": "10.0.1.1:8080", "cluster": "worker-b"},
+            "QueuePilotWorkerCapacityStale",
+            "Nodes/Pods of worker-b were last current 270s ago; check its API server and the MultiKueue kubeconfig "
+            "Secret.")),
         _alert("QueuePilotIdleActorsKilled", "7m"),
         _alert("QueuePilotIdleActorsKilled", "15m", _exp(
             {"severity": "info", "namespace": "team-a", "raycluster": "rc"}, "QueuePilotIdleActorsKilled",
@@ -169,7 +180,7 @@ def test_the_same_unit_tests_fail_on_the_default_rules(helm: str, tmp_path: Path
     failure = _promtool_test(tmp_path, _spec(helm, ()))
     for name in ("QueuePilotExporterDown", "QueuePilotControllerNoLeader", "QueuePilotPendingWorkloadTooOld",
                  "GPUAllocatedIdle", "QueuePilotHealthyCapacityBelowQuota", "QueuePilotStalledWorkload",
-                 "QueuePilotIdleActorsKilled"):
+                 "QueuePilotIdleActorsKilled", "QueuePilotWorkerCapacityStale"):
         assert f'alertname: {name}' in failure or f'alertname:{name}' in failure.replace(" ", ""), (name, failure)
 
 

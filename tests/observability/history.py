@@ -5,7 +5,8 @@ The fleet: two GPU nodes of four GPUs.  node-a's exporter is scraped with ``hono
 labels arrive as ``pod``/``namespace``); node-b's without it (``exported_pod``/``exported_namespace``,
 while ``pod``/``namespace`` name the exporter pod).  One idle allocated GPU on each node, one GPU with
 a fatal XID.  Controller, Kueue and Ray series describe two ClusterQueues and two RayClusters.  Every
-series carries ``cluster="prod"`` (an external label, as in a multi-cluster setup).
+series carries ``cluster="prod"`` (an external label, as in a multi-cluster setup), except the MultiKueue
+dispatcher's worker-cluster families, whose own ``cluster`` label names the worker.
 """
 
 from __future__ import annotations
@@ -225,8 +226,39 @@ def controller_history(h: History) -> None:
         h.add(cm.SOURCE_ERRORS_TOTAL.name, {**ctl, "source": signal, "kind": "timeout"}, counter(0.003))
 
 
+def fleet_history(h: History) -> None:
+    """The MultiKueue dispatcher's families (the same controller target, the leader): two worker clusters
+    whose ``cluster`` label names the worker (it wins over the external label). worker-a stays usable;
+    worker-b's API server is unreachable from 2h to 2.5h (up 0, its Nodes/Pods view ages)."""
+    ctl = {"job": "queuepilot-controller", "instance": "10.0.1.1:8080"}
+    partition = (7200, 9000)
+
+    def down(t: float) -> bool:
+        return partition[0] <= t < partition[1]
+
+    for worker, flavors in (("worker-a", ("h100", "a100")), ("worker-b", ("h100",))):
+        w = {**ctl, "cluster": worker}
+        b = worker == "worker-b"
+        h.add(cm.WORKER_CLUSTER_UP.name, w, (lambda t: 0 if down(t) else 1) if b else const(1))
+        h.add(cm.WORKER_CLUSTER_CAPACITY_AGE.name, w,
+              (lambda t: t - partition[0] + 5 if down(t) else t % 15) if b else (lambda t: t % 15))
+        for i, flavor in enumerate(flavors):
+            f = {**w, "flavor": flavor}
+            states = {"healthy": const(16 - 2 * i), "unhealthy": const(1 if b else 0),
+                      "allocated": wave(9, 4, phase=i), "promised": wave(2, 2, period=900, phase=i)}
+            states["free"] = (lambda t, s=states: max(0, s["healthy"](t) - s["allocated"](t) - s["promised"](t)))
+            for state in ("healthy", "unhealthy", "allocated", "free", "promised"):
+                h.add(cm.WORKER_CLUSTER_GPUS.name, {**f, "state": state}, states[state])
+            h.add(cm.WORKER_CLUSTER_LARGEST_FREE_BLOCK.name, f, (lambda t, s=states: min(8, math.floor(s["free"](t)))))
+    assert set(cm.DISPATCH_DECISIONS_TOTAL.labels) == {"reason", "mode"}, "catalog changed: update the history"
+    for reason, every in (("Nominated", 120), ("NoClusterFits", 600), ("NoUsableCluster", 1800)):
+        h.add(cm.DISPATCH_DECISIONS_TOTAL.name, {**ctl, "reason": reason, "mode": "live"}, steps(every))
+    h.add(cm.DISPATCH_DECISIONS_TOTAL.name, {**ctl, "reason": "Nominated", "mode": "dry_run"}, steps(900))
+
+
 def build(end: float) -> str:
     """OpenMetrics text of DURATION seconds of history ending at ``end`` (Unix seconds)."""
     h = gpu_history(end - DURATION)
     controller_history(h)
+    fleet_history(h)
     return h.openmetrics(end)

@@ -10,7 +10,7 @@ import urllib.parse
 
 import pytest
 
-from dashboards import economics, gpu_fleet, queuepilot_self, queues, ray_clusters
+from dashboards import economics, fleet, gpu_fleet, queuepilot_self, queues, ray_clusters
 from dashboards.cli import DASHBOARDS
 from tests.observability.conftest import DASHBOARD_DIR, panels
 from tests.support.prometheus import Prometheus
@@ -25,6 +25,8 @@ COUNTER_SUFFIXES = ("_total", "_bucket")
 # against weeks of history with those rules backfilled
 RULE_FED = {"economics.json"}
 ON_HISTORY = sorted(set(DASHBOARDS) - RULE_FED)
+# dashboards whose series' `cluster` label names a MultiKueue worker cluster, not the Prometheus' own cluster
+WORKER_CLUSTER_DASHBOARDS = {"fleet.json"}
 
 
 def _load() -> dict[str, dict]:
@@ -91,7 +93,7 @@ def test_every_dashboard_is_generated_with_a_stable_unique_uid(dashboards):
     expected = {
         "gpu-fleet.json": gpu_fleet.UID, "queues.json": queues.UID,
         "ray-clusters.json": ray_clusters.UID, "queuepilot.json": queuepilot_self.UID,
-        "economics.json": economics.UID,
+        "economics.json": economics.UID, "fleet.json": fleet.UID,
     }
     assert {n: d["uid"] for n, d in dashboards.items()} == expected
     assert len({d["uid"] for d in dashboards.values()}) == len(dashboards)
@@ -122,8 +124,12 @@ def test_dashboard_lint(dashboards, name):
         used_vars |= set(VAR_REF.findall(var["query"]))
     undeclared = used_vars - set(variables) - set(BUILTINS)
     assert not undeclared, f"undeclared variables {undeclared}"
-    for key in ("cluster",):
+    # the Fleet dashboard's series carry `cluster` as the worker cluster's name (set by the controller):
+    # its $worker variable selects them, and a `cluster` variable filtering them would be wrong
+    for key in ("worker",) if name in WORKER_CLUSTER_DASHBOARDS else ("cluster",):
         assert key in variables, f"missing {key} variable"
+    if name in WORKER_CLUSTER_DASHBOARDS:
+        assert "cluster" not in variables and "$cluster" not in json.dumps(d), "fleet series filtered by $cluster"
 
     ids = [p["id"] for p in panels(d)]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
@@ -240,6 +246,8 @@ CONCRETE = {
     "queues.json": {"cluster": "prod", "queue": "cq-team-a", "flavor": "h100"},
     "ray-clusters.json": {"cluster": "prod", "namespace": "team-a", "raycluster": "rc-tune"},
     "queuepilot.json": {"cluster": "prod", "node": "node-b"},
+    # worker-b was unreachable for part of the hour and has only the h100 flavor
+    "fleet.json": {"worker": "worker-b", "flavor": "h100"},
 }
 
 
@@ -263,3 +271,23 @@ def test_panel_queries_with_concrete_variable_values(backfilled, history_end, da
             if not _has_data(result):
                 empty.append(f'{p["title"]} [{t["refId"]}]')
     assert not empty, f"{name}: no data with {values} for {empty}"
+
+
+def test_fleet_panels_separate_workers_and_follow_the_partition(backfilled, history_end, dashboards):
+    """Per-worker series stay per worker (not summed with the manager's `cluster` external label), and
+    worker-b's unreachable half hour shows as up 0 with an ageing capacity view."""
+    by_title = {p["title"]: p for p in panels(dashboards["fleet.json"])}
+    assert variable_values(backfilled, next(v for v in dashboards["fleet.json"]["templating"]["list"]
+                                            if v["name"] == "worker"), None, history_end) == ["worker-a", "worker-b"]
+    up = by_title["Worker clusters usable"]["targets"][0]["expr"]
+    result = backfilled.query_range(substitute(up), history_end - 3600, history_end, 60)
+    seen = {r["metric"]["cluster"]: {float(v) for _, v in r["values"]} for r in result}
+    assert seen == {"worker-a": {1.0}, "worker-b": {0.0, 1.0}}
+    age = by_title["Capacity age"]["targets"][0]["expr"]
+    result = backfilled.query_range(substitute(age, {"worker": "worker-b"}), history_end - 3600, history_end, 60)
+    assert max(float(v) for r in result for _, v in r["values"]) > 1000
+    blocks = by_title["Largest free block"]["targets"][0]["expr"]
+    result = backfilled.query(substitute(blocks, {"flavor": "a100"}), at=history_end)
+    assert [r["metric"]["cluster"] for r in result] == ["worker-a"]
+    stat = by_title["Worker clusters"]["targets"][0]["expr"]
+    assert backfilled.query(substitute(stat), at=history_end)[0]["value"][1] == "2"
