@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client import ApiClient
 
-from autoscaler.act.guard import Failure, WriteGuard, WriteKey
+from autoscaler.act.fresh_apply import apply_status_fresh
+from autoscaler.act.guard import WriteGuard, WriteKey
 from autoscaler.act.outcome import WriteOutcome
-from autoscaler.act.workload_status import APPLY, GROUP, PLURAL, RESOURCE, VERSION, _cond_true
+from autoscaler.act.workload_status import GROUP, PLURAL, RESOURCE, VERSION, _cond_true
 from autoscaler.core.policy.dispatch import DispatchDecision
 
 
@@ -83,40 +84,8 @@ async def write_nominations(
         return WriteOutcome("dry_run", "dry_run", 0)
     if decision.nominate is None:
         return WriteOutcome("unchanged", "", 0)
-    wg = write_guard or WriteGuard()
-    key = nomination_key(decision)
-    held = wg.blocked(key, now)
-    if held is not None:
-        return held
-    api = CustomObjectsApi(api_client)
-    attempts = 0
-    while attempts < max_attempts:
-        attempts += 1
-        got = await wg.call(key, partial(api.get_namespaced_custom_object, GROUP, VERSION, decision.namespace,
-                                         PLURAL, decision.name), now, expected=(404,))
-        if isinstance(got, Failure):
-            if got.status == 404:
-                wg.settled(key)
-                return WriteOutcome("skipped", "gone", attempts)
-            return WriteOutcome("error", got.kind, attempts)
-        why = guard(got, decision)
-        if why:
-            wg.settled(key)
-            return WriteOutcome("skipped", why, attempts)
-        body = apply_body(got, decision)
-        if body is None:
-            wg.settled(key)
-            return WriteOutcome("unchanged", "", attempts)
-        retry = attempts < max_attempts
-        put = await wg.call(key, partial(api.patch_namespaced_custom_object_status, GROUP, VERSION,  # type: ignore[call-arg]
-                                         decision.namespace, PLURAL, decision.name, body, field_manager=field_manager,
-                                         force=True, _content_type=APPLY), now, expected=(409,) if retry else ())
-        if isinstance(put, Failure):
-            if put.status == 409 and retry:
-                continue
-            if put.status == 409:
-                return WriteOutcome("conflict", "conflict", attempts)
-            return WriteOutcome("error", put.kind, attempts)
-        wg.succeeded(key, "patch")
-        return WriteOutcome("written", "", attempts)
-    return WriteOutcome("conflict", "conflict", attempts)
+    return await apply_status_fresh(
+        api_client, write_guard, nomination_key(decision), group=GROUP, version=VERSION, plural=PLURAL,
+        namespace=decision.namespace, name=decision.name, guard=partial(guard, decision=decision),
+        body=partial(apply_body, decision=decision), field_manager=field_manager, now=now,
+        max_attempts=max_attempts)

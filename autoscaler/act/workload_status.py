@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client import ApiClient
 
-from autoscaler.act.guard import Failure, WriteGuard, WriteKey
+from autoscaler.act.fresh_apply import apply_status_fresh
+from autoscaler.act.guard import WriteGuard, WriteKey
 from autoscaler.act.outcome import WriteOutcome, rfc3339
 from autoscaler.core.policy.admission import AdmissionDecision
 from autoscaler.core.snapshot import CHECK_PENDING, CHECK_RETRY
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 PLURAL = "workloads"
-APPLY = "application/apply-patch+yaml"
 RESOURCE = "workloads/status"
 
 
@@ -112,41 +112,8 @@ async def write_check_state(
     Without an API client (demo, simulator) there is nothing to read or write: it counts as dry-run."""
     if api_client is None:
         return WriteOutcome("dry_run", "no_client", 0)
-    wg = write_guard or WriteGuard()
-    key = workload_key(decision)
-    held = wg.blocked(key, now)
-    if held is not None:
-        return held
-    api = CustomObjectsApi(api_client)
-    attempts = 0
-    while attempts < max_attempts:
-        attempts += 1
-        got = await wg.call(key, partial(api.get_namespaced_custom_object, GROUP, VERSION, decision.namespace,
-                                         PLURAL, decision.name), now, expected=(404,))
-        if isinstance(got, Failure):
-            if got.status == 404:
-                wg.settled(key)
-                return WriteOutcome("skipped", "gone", attempts)
-            return WriteOutcome("error", got.kind, attempts)
-        why = guard(got, decision)
-        if why:
-            wg.settled(key)
-            return WriteOutcome("skipped", why, attempts)
-        body = apply_body(got, decision, now)
-        if body is None:
-            wg.settled(key)
-            return WriteOutcome("unchanged", "", attempts)
-        retry = attempts < max_attempts
-        # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
-        put = await wg.call(key, partial(api.patch_namespaced_custom_object_status, GROUP, VERSION,  # type: ignore[call-arg]
-                                         decision.namespace, PLURAL, decision.name, body, field_manager=field_manager,
-                                         force=True, _content_type=APPLY), now, expected=(409,) if retry else ())
-        if isinstance(put, Failure):
-            if put.status == 409 and retry:
-                continue
-            if put.status == 409:
-                return WriteOutcome("conflict", "conflict", attempts)
-            return WriteOutcome("error", put.kind, attempts)
-        wg.succeeded(key, "patch")
-        return WriteOutcome("written", "", attempts)
-    return WriteOutcome("conflict", "conflict", attempts)
+    return await apply_status_fresh(
+        api_client, write_guard, workload_key(decision), group=GROUP, version=VERSION, plural=PLURAL,
+        namespace=decision.namespace, name=decision.name, guard=partial(guard, decision=decision),
+        body=lambda got: apply_body(got, decision, now), field_manager=field_manager, now=now,
+        max_attempts=max_attempts)
