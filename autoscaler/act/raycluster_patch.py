@@ -18,13 +18,13 @@ Any other failure holds the RayCluster back (``act.guard``: per-object backoff, 
 from __future__ import annotations
 
 import logging
-from functools import partial
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client import ApiClient
 
-from autoscaler.act.guard import Failure, WriteGuard, WriteKey
+from autoscaler.act.guard import WriteGuard, WriteKey
 from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.pinned_patch import patch_pinned
 from autoscaler.core.policy.scaling import GroupDecision
 
 log = logging.getLogger(__name__)
@@ -82,24 +82,6 @@ async def patch_group(
         log.info("dry-run: would patch %s/%s group %s: %s", decision.namespace, decision.cluster, decision.group,
                  ops[2:])
         return WriteOutcome("dry_run")
-    wg = write_guard or WriteGuard()
-    key = raycluster_key(decision)
-    held = wg.blocked(key, now)
-    if held is not None:
-        return held
-    # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
-    res = await wg.call(key, partial(CustomObjectsApi(api_client).patch_namespaced_custom_object,  # type: ignore[call-arg]
-                                     GROUP, VERSION,
-                                     decision.namespace, PLURAL, decision.cluster, ops, field_manager=field_manager,
-                                     _content_type=JSON_PATCH), now)
-    if isinstance(res, Failure):
-        if res.status == 409:
-            log.info("RayCluster %s/%s changed since the snapshot; deciding again next pass",
-                     decision.namespace, decision.cluster)
-            return WriteOutcome("conflict", res.kind, 1)
-        if res.status == 404:
-            wg.settled(key)
-            return WriteOutcome("skipped", "gone", 1)
-        return WriteOutcome("error", res.kind, 1)
-    wg.succeeded(key, "patch")
-    return WriteOutcome("written", "", 1)
+    return await patch_pinned(api_client, write_guard, raycluster_key(decision), group=GROUP, version=VERSION,
+                              plural=PLURAL, body=ops, content_type=JSON_PATCH, field_manager=field_manager,
+                              now=now, changed=f"RayCluster {decision.namespace}/{decision.cluster}", log=log)

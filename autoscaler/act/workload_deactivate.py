@@ -15,12 +15,12 @@ Any other failure holds the Workload back (``act.guard``: per-object backoff, co
 from __future__ import annotations
 
 import logging
-from functools import partial
 
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client import ApiClient
 
-from autoscaler.act.guard import Failure, WriteGuard, WriteKey
+from autoscaler.act.guard import WriteGuard, WriteKey
 from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.pinned_patch import patch_pinned
 from autoscaler.core.policy.stall import StalledWorkload
 
 log = logging.getLogger(__name__)
@@ -54,23 +54,6 @@ async def deactivate_workload(
     if dry_run or api_client is None:
         log.info("dry-run: would deactivate stalled workload %s", stalled.key)
         return WriteOutcome("dry_run")
-    wg = write_guard or WriteGuard()
-    key = workload_key(stalled)
-    held = wg.blocked(key, now)
-    if held is not None:
-        return held
-    # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
-    res = await wg.call(key, partial(CustomObjectsApi(api_client).patch_namespaced_custom_object,  # type: ignore[call-arg]
-                                     GROUP, VERSION, stalled.namespace, PLURAL, stalled.name,
-                                     deactivation_patch(stalled), field_manager=field_manager,
-                                     _content_type=MERGE_PATCH), now)
-    if isinstance(res, Failure):
-        if res.status == 409:
-            log.info("Workload %s changed since the snapshot; deciding again next pass", stalled.key)
-            return WriteOutcome("conflict", res.kind, 1)
-        if res.status == 404:
-            wg.settled(key)
-            return WriteOutcome("skipped", "gone", 1)
-        return WriteOutcome("error", res.kind, 1)
-    wg.succeeded(key, "patch")
-    return WriteOutcome("written", "", 1)
+    return await patch_pinned(api_client, write_guard, workload_key(stalled), group=GROUP, version=VERSION,
+                              plural=PLURAL, body=deactivation_patch(stalled), content_type=MERGE_PATCH,
+                              field_manager=field_manager, now=now, changed=f"Workload {stalled.key}", log=log)
