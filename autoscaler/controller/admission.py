@@ -35,10 +35,10 @@ import asyncio
 import logging
 from dataclasses import replace
 
-from autoscaler.act.events import EventSink, ObjectRef
+from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
-from autoscaler.controller.context import ControllerContext, writer_for
+from autoscaler.controller.context import ControllerContext, WritingReconciler, writer_for
 from autoscaler.core.policy.admission import AdmissionDecision, decide_admissions, rebuild_ledger
 from autoscaler.core.policy.config import admission_config
 from autoscaler.core.policy.ledger import Ledger, release
@@ -87,7 +87,7 @@ def forced_ready(snapshot: ClusterSnapshot, controller_name: str) -> set[str]:
     return out
 
 
-class AdmissionReconciler:
+class AdmissionReconciler(WritingReconciler):
     name = "admission"
 
     def __init__(
@@ -176,12 +176,3 @@ class AdmissionReconciler:
                 line = "(dry-run) " + line
         remember(self.ctx, line)
         log.info("admission %s", line)
-
-    @property
-    def events(self) -> EventSink | None:
-        """The writer's Event sender (``KubeWriter.events``), for tests that wait for Events."""
-        sink = getattr(self.writer, "events", None)
-        return sink if isinstance(sink, EventSink) else None
-
-    async def close(self) -> None:
-        await self.writer.close()

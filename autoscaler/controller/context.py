@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
+from autoscaler.act.events import EventSink
 from autoscaler.act.kube_writer import KubeWriter
 from autoscaler.act.writer import Writer
 from autoscaler.controller.counters import ControllerCounters
@@ -62,6 +63,21 @@ class Reconciler(Protocol):
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         """Decide on ``snapshot`` (pure policy) and act (the one write). Must never raise for bad data."""
         ...
+
+
+class WritingReconciler:
+    """What the reconcilers that write through ``self.writer`` share: its Event sender and closing it."""
+
+    writer: Writer
+
+    @property
+    def events(self) -> EventSink | None:
+        """The writer's Event sender (``KubeWriter.events``), for tests that wait for Events."""
+        sink = getattr(self.writer, "events", None)
+        return sink if isinstance(sink, EventSink) else None
+
+    async def close(self) -> None:
+        await self.writer.close()
 
 
 def writer_for(ctx: ControllerContext) -> Writer:

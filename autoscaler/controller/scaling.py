@@ -29,11 +29,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from autoscaler.act.events import EventSink, ObjectRef
+from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
 from autoscaler.controller.admission import remember
-from autoscaler.controller.context import ControllerContext, writer_for
+from autoscaler.controller.context import ControllerContext, WritingReconciler, writer_for
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import scaling_defaults
 from autoscaler.core.policy.quota import CohortTotals, cohort_totals
@@ -54,7 +54,7 @@ _QUIET_REASONS = frozenset({R.WITHIN_TARGET})
 YIELD_EVERY = 200  # clusters decided between two yields to the event loop
 
 
-class ScalingReconciler:
+class ScalingReconciler(WritingReconciler):
     name = "scaling"
 
     def __init__(self, ctx: ControllerContext, writer: Writer | None = None) -> None:
@@ -170,12 +170,3 @@ class ScalingReconciler:
                    f"{d.reason}: {message}"
         remember(self.ctx, line)
         log.info("scaling %s", line)
-
-    @property
-    def events(self) -> EventSink | None:
-        """The writer's Event sender (``KubeWriter.events``), for tests that wait for Events."""
-        sink = getattr(self.writer, "events", None)
-        return sink if isinstance(sink, EventSink) else None
-
-    async def close(self) -> None:
-        await self.writer.close()
