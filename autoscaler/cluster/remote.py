@@ -38,15 +38,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import load_kube_config_from_dict
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchCache, WatchReporter
-from autoscaler.cluster.client import KubeError, request_json
 from autoscaler.cluster.resources import KUEUE, KUEUE_VERSION, NON_TERMINAL_PODS, ResourceSpec
+from autoscaler.cluster.secrets import read_secret_key
 from autoscaler.cluster.views import (
     MultiKueueCheckView,
     MultiKueueClusterView,
@@ -119,22 +118,9 @@ async def read_kubeconfig_secret(api: ApiClient, namespace: str, name: str,
                                  request_timeout: float = 10.0) -> tuple[dict[str, Any], str]:
     """(kubeconfig, Secret resourceVersion) of Secret ``namespace/name`` key ``kubeconfig``."""
     where = f"Secret {namespace}/{name}"
-    try:
-        body = await request_json(api, "GET", f"/api/v1/namespaces/{namespace}/secrets/{name}",
-                                  request_timeout=request_timeout)
-    except KubeError as e:
-        if e.status in (401, 403):
-            raise FleetError("forbidden", f"{where}: not granted to the controller (add it to the chart's "
-                                          "list of MultiKueue kubeconfig Secrets)") from e
-        if e.status == 404:
-            raise FleetError("missing", f"{where} does not exist") from e
-        raise FleetError("unavailable", f"{where}: {e}") from e
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
-        raise FleetError("unavailable", f"{where}: {type(e).__name__}: {e}") from e
-    data = body.get("data")
-    raw = data.get(KUBECONFIG_KEY) if isinstance(data, dict) else None
-    if not isinstance(raw, str) or not raw:
-        raise FleetError("missing", f"{where} has no key {KUBECONFIG_KEY!r}")
+    raw, body = await read_secret_key(api, namespace, name, KUBECONFIG_KEY, request_timeout=request_timeout,
+                                      error=FleetError, forbidden_hint="add it to the chart's list of MultiKueue "
+                                                                       "kubeconfig Secrets")
     try:
         text = base64.b64decode(raw, validate=True).decode("utf-8")
         cfg = yaml.safe_load(text)

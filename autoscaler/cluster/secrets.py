@@ -18,8 +18,9 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
@@ -38,6 +39,40 @@ class CredentialError(Exception):
             raise ValueError(f"unknown CredentialError kind {kind!r}")
         super().__init__(f"{kind}: {message}")
         self.kind = kind
+
+
+async def read_secret_key(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    key: str,
+    *,
+    request_timeout: float,
+    error: Callable[[str, str], Exception],
+    forbidden_hint: str,
+) -> tuple[str, Mapping[str, Any]]:
+    """(the still base64-encoded value of ``key``, the whole Secret) of Secret ``namespace/name``.
+
+    Raises ``error(kind, message)``: ``forbidden`` (401/403; the message ends with
+    ``forbidden_hint``, how to grant it), ``missing`` (no such Secret, or no non-empty ``key``),
+    ``unavailable`` (any other API or connection failure)."""
+    where = f"Secret {namespace}/{name}"
+    try:
+        body = await request_json(api, "GET", f"/api/v1/namespaces/{namespace}/secrets/{name}",
+                                  request_timeout=request_timeout)
+    except KubeError as e:
+        if e.status in (401, 403):
+            raise error("forbidden", f"{where}: not granted to the controller ({forbidden_hint})") from e
+        if e.status == 404:
+            raise error("missing", f"{where} does not exist") from e
+        raise error("unavailable", f"{where}: {e}") from e
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+        raise error("unavailable", f"{where}: {type(e).__name__}: {e}") from e
+    data = body.get("data")
+    raw = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(raw, str) or not raw:
+        raise error("missing", f"{where} has no key {key!r}")
+    return raw, body
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,25 +126,8 @@ class SecretTokens:
     async def _read(self, namespace: str, name: str) -> str:
         where = f"Secret {namespace}/{name}"
         self.reads += 1
-        try:
-            body = await request_json(
-                self._api, "GET", f"/api/v1/namespaces/{namespace}/secrets/{name}",
-                request_timeout=self._timeout,
-            )
-        except KubeError as e:
-            if e.status in (401, 403):
-                raise CredentialError(
-                    "forbidden", f"{where}: not granted to the controller (add it to controller.rayTokenSecrets)"
-                ) from e
-            if e.status == 404:
-                raise CredentialError("missing", f"{where} does not exist") from e
-            raise CredentialError("unavailable", f"{where}: {e}") from e
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
-            raise CredentialError("unavailable", f"{where}: {type(e).__name__}: {e}") from e
-        data = body.get("data")
-        raw = data.get(TOKEN_KEY) if isinstance(data, dict) else None
-        if not isinstance(raw, str) or not raw:
-            raise CredentialError("missing", f"{where} has no key {TOKEN_KEY!r}")
+        raw, _ = await read_secret_key(self._api, namespace, name, TOKEN_KEY, request_timeout=self._timeout,
+                                       error=CredentialError, forbidden_hint="add it to controller.rayTokenSecrets")
         try:
             token = base64.b64decode(raw, validate=True).decode("utf-8").strip()
         except (binascii.Error, UnicodeDecodeError) as e:
