@@ -53,6 +53,15 @@ _ROUTINE = frozenset({"gone", "dropped"})
 _DATA_FAILURES = frozenset({"malformed_stream", "exception"})
 
 
+async def cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait for each to end, whatever it raises (stopping a set of watch loops)."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+
+
 class MalformedStream(Exception):
     """A watch line that is not a JSON event object (a proxy's error page, ``null``, a cut-off event)."""
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -43,7 +42,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import load_kube_config_from_dict
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchCache, WatchReporter
+from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchCache, WatchReporter, cancel_tasks
 from autoscaler.cluster.resources import KUEUE, KUEUE_VERSION, NON_TERMINAL_PODS, ResourceSpec
 from autoscaler.cluster.secrets import read_secret_key
 from autoscaler.cluster.views import (
@@ -160,11 +159,7 @@ class WorkerCluster:
             self._tasks = [asyncio.create_task(c.run(), name=f"watch-{c.name}") for c in (self.nodes, self.pods)]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_tasks(self._tasks)
         self._tasks = []
         await self.api.close()
 
@@ -226,11 +221,7 @@ class Fleet:
             self._tasks = [asyncio.create_task(c.run(), name=f"watch-{c.name}") for c in self.manager_caches]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_tasks(self._tasks)
         self._tasks = []
         for w in list(self.workers.values()):
             await w.stop()

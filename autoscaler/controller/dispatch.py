@@ -38,7 +38,7 @@ from autoscaler import metrics as m
 from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
-from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchReporter
+from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchReporter, cancel_tasks
 from autoscaler.cluster.remote import DEFAULT_KUEUE_NAMESPACE, Fleet
 from autoscaler.controller.admission import remember
 from autoscaler.controller.context import ControllerContext, writer_for
@@ -119,11 +119,7 @@ class FleetSource:
 
     async def stop(self) -> None:
         self._started_at = None  # the dispatcher decides nothing from here on
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_tasks(self._tasks)
         self._tasks = []
         for sig in self._gpu.values():
             with contextlib.suppress(Exception):
