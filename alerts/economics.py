@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from alerts.config import DEFAULT_RUNBOOK_BASE_URL, ConfigError
+from alerts.files import write_rule_files
 from exporter import metrics as em
 
 POD_INFO = "queuepilot_pod_info"
@@ -336,15 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"queuepilot economics rules: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / RULE_FILE_NAME
-    path.write_text(render(config))
-    print(f"wrote {path}")
-    chart = out / "chart" / RULE_FILE_NAME
-    chart.parent.mkdir(exist_ok=True)
-    chart.write_text(render_chart())
-    print(f"wrote {chart}")
+    write_rule_files(Path(args.out), RULE_FILE_NAME, render(config), render_chart())
     return 0
 
 
