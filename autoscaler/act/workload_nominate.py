@@ -25,23 +25,22 @@ from kubernetes_asyncio.client import ApiClient
 from autoscaler.act.fresh_apply import apply_status_fresh
 from autoscaler.act.guard import WriteGuard, WriteKey
 from autoscaler.act.outcome import WriteOutcome
-from autoscaler.act.workload_status import GROUP, PLURAL, RESOURCE, VERSION, _cond_true
+from autoscaler.act.workload_status import (
+    GROUP,
+    PLURAL,
+    RESOURCE,
+    VERSION,
+    admitted_workload_guard,
+    pinned_metadata,
+)
 from autoscaler.core.policy.dispatch import DispatchDecision
 
 
 def guard(obj: Mapping[str, Any], decision: DispatchDecision) -> str:
     """'' when we may write ``decision``'s nominations onto ``obj`` (a fresh read), else why not."""
-    md = obj.get("metadata") or {}
-    if decision.uid and md.get("uid") and md.get("uid") != decision.uid:
-        return "recreated"
-    if not _cond_true(obj, "QuotaReserved"):
-        return "no_quota"
-    if _cond_true(obj, "Evicted"):
-        return "evicted"
-    if _cond_true(obj, "Finished"):
-        return "finished"
-    if (obj.get("spec") or {}).get("active") is False:
-        return "inactive"
+    why = admitted_workload_guard(obj, decision.uid)
+    if why:
+        return why
     if (obj.get("status") or {}).get("clusterName"):
         return "placed"
     return ""
@@ -54,12 +53,8 @@ def apply_body(obj: Mapping[str, Any], decision: DispatchDecision) -> dict[str, 
     current = (obj.get("status") or {}).get("nominatedClusterNames") or []
     if list(current) == list(decision.nominate):
         return None
-    md = obj.get("metadata") or {}
-    meta = {"name": md.get("name", decision.name), "namespace": md.get("namespace", decision.namespace),
-            "resourceVersion": md.get("resourceVersion", decision.resource_version)}
-    if md.get("uid"):
-        meta["uid"] = md["uid"]
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": meta,
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload",
+            "metadata": pinned_metadata(obj, decision.name, decision.namespace, decision.resource_version),
             "status": {"nominatedClusterNames": list(decision.nominate)}}
 
 

@@ -41,10 +41,11 @@ def _cond_true(obj: Mapping[str, Any], ctype: str) -> bool:
     return False
 
 
-def guard(obj: Mapping[str, Any], decision: AdmissionDecision) -> str:
-    """'' when we may write ``decision`` onto ``obj`` (a fresh read), else why not."""
+def admitted_workload_guard(obj: Mapping[str, Any], uid: str) -> str:
+    """'' when ``obj`` (a fresh read) is still the Workload ``uid`` names (any, when '') and holds
+    quota, not evicted, not finished and not deactivated; else why not."""
     md = obj.get("metadata") or {}
-    if decision.uid and md.get("uid") and md.get("uid") != decision.uid:
+    if uid and md.get("uid") and md.get("uid") != uid:
         return "recreated"
     if not _cond_true(obj, "QuotaReserved"):
         return "no_quota"
@@ -54,6 +55,14 @@ def guard(obj: Mapping[str, Any], decision: AdmissionDecision) -> str:
         return "finished"
     if (obj.get("spec") or {}).get("active") is False:
         return "inactive"
+    return ""
+
+
+def guard(obj: Mapping[str, Any], decision: AdmissionDecision) -> str:
+    """'' when we may write ``decision`` onto ``obj`` (a fresh read), else why not."""
+    why = admitted_workload_guard(obj, decision.uid)
+    if why:
+        return why
     entry = current_entry(obj, decision.check)
     if entry is None:
         return "no_entry"
@@ -67,6 +76,17 @@ def current_entry(obj: Mapping[str, Any], check: str) -> Mapping[str, Any] | Non
         if isinstance(e, Mapping) and e.get("name") == check:
             return e
     return None
+
+
+def pinned_metadata(obj: Mapping[str, Any], name: str, namespace: str, resource_version: str) -> dict[str, Any]:
+    """An SSA body's metadata: name, namespace and resourceVersion of ``obj`` (a fresh read; the
+    decision's where it has none) and its uid when it has one."""
+    md = obj.get("metadata") or {}
+    meta = {"name": md.get("name", name), "namespace": md.get("namespace", namespace),
+            "resourceVersion": md.get("resourceVersion", resource_version)}
+    if md.get("uid"):
+        meta["uid"] = md["uid"]
+    return meta
 
 
 def apply_body(obj: Mapping[str, Any], decision: AdmissionDecision, now: float) -> dict[str, Any] | None:
@@ -83,12 +103,8 @@ def apply_body(obj: Mapping[str, Any], decision: AdmissionDecision, now: float) 
                                  "message": decision.message}
     if state == CHECK_RETRY and decision.requeue_after_seconds is not None:
         new_entry["requeueAfterSeconds"] = int(decision.requeue_after_seconds)
-    md = obj.get("metadata") or {}
-    meta = {"name": md.get("name", decision.name), "namespace": md.get("namespace", decision.namespace),
-            "resourceVersion": md.get("resourceVersion", decision.resource_version)}
-    if md.get("uid"):
-        meta["uid"] = md["uid"]
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": meta,
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload",
+            "metadata": pinned_metadata(obj, decision.name, decision.namespace, decision.resource_version),
             "status": {"admissionChecks": [new_entry]}}
 
 
