@@ -149,7 +149,7 @@ async def test_scrape_mode_finds_exporters_and_marks_unhealthy_gpus(fake_api, an
         # 3 GPUs, one unhealthy (xid), one allocated per the exporter (its pod is not watched here)
         assert (cap.healthy, cap.unhealthy, cap.allocated, cap.free) == (2, 1, 1, 1)
         answers.mode = "500"  # the exporter breaks: errors counted, data kept and aging
-        await eventually(lambda: c.counters.source_errors.labels(source="gpu", kind="http_5xx")._value.get() >= 1)
+        await eventually(lambda: c.counters.source_errors.labels(source="gpu", kind="server")._value.get() >= 1)
         assert len(c.snapshot.nodes["h1"].gpus) == 3
     assert fake_api.observed_calls() <= CONTROLLER_API_CALLS
 
