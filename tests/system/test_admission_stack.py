@@ -96,9 +96,9 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
         assert entry["requeueAfterSeconds"] == 30
         assert check_entries(api, "b", "team-b")[OTHER_CHECK]["state"] == "Ready"
         assert await cp.metric("queuepilot_admission_decisions_total", cluster_queue="cq-b", state="Retry",
-                               reason="InsufficientGpus") == 1.0
+                               reason="InsufficientGpus", mode="live") == 1.0
         assert await cp.metric("queuepilot_admission_decisions_total", cluster_queue="cq-a", state="Ready",
-                               reason="CapacityConfirmed") == 1.0
+                               reason="CapacityConfirmed", mode="live") == 1.0
         events = [e for e in api.list("v1", "Event", "team-b") if e["involvedObject"]["name"] == "b"]
         assert [(e["type"], e["reason"]) for e in events] == [("Warning", "InsufficientGpus")]
         assert kw.World(api).kueue_react(time.time()) == [("b", "evicted")]
@@ -139,7 +139,7 @@ async def test_stale_gpu_signal(fake_api: FakeApiServer, tmp_path: Path, mode: s
                                 r"\(stale_signal_mode=fail-open\)", entry["message"]), entry["message"]
             reason = "ReadyGpuSignalStale"
             assert await cp.metric("queuepilot_admission_decisions_total", cluster_queue="cq-a", state="Ready",
-                                   reason=reason) == 1.0
+                                   reason=reason, mode="live") == 1.0
             assert kw.World(api).kueue_react(time.time()) == [("c", "admitted")]
         else:
             entry = await eventually(

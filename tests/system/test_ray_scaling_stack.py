@@ -139,7 +139,7 @@ async def test_idle_ray_workers_scaled_down_by_name(fake_api: FakeApiServer, tmp
             assert (group["minReplicas"], group["maxReplicas"]) == (0, 4)  # untouched
             assert any(p.startswith("/api/cluster_status") for p in hits)
             down = await cp.metric("queuepilot_scale_decisions_total", namespace=NS, raycluster=RC, group=GROUP,
-                                   direction="down", reason="IdleWorkersQueuePressure")
+                                   direction="down", reason="IdleWorkersQueuePressure", mode="live")
             assert down == 1.0
             events = [e for e in api.list("v1", "Event", NS) if e["involvedObject"]["name"] == RC]
             scale_event = next(e for e in events if e["reason"] == "IdleWorkersQueuePressure")
