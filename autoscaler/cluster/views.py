@@ -385,7 +385,9 @@ class RayDashboardTarget:
     Built only from the RayCluster's name, namespace, spec and annotations, never from ``status``
     (which names any address the operator, or whoever edits status, writes there): the host is the
     cluster's own head Service in the cluster's own namespace (KubeRay's naming), so whatever is
-    sent there stays inside that namespace.  ``token_secret``: the Secret (key ``token``) in
+    sent there stays inside that namespace.  The address is that namespace's running head pod
+    (``ray.io/cluster=<name>``, ``ray.io/node-type=head``) as the controller's pod cache shows it,
+    or the head Service's DNS name before one is seen.  ``token_secret``: the Secret (key ``token``) in
     ``namespace`` whose bearer token goes with the requests, None for none (or the shared,
     single-tenant token when the controller was given one).
     """
@@ -396,10 +398,16 @@ class RayDashboardTarget:
     port: int = RAY_DASHBOARD_PORT
     scheme: str = "http"
     token_secret: str | None = None
+    # the IP of the cluster's running head pod as the pod cache shows it (``status.podIP``, written by
+    # the kubelet, in the cluster's own namespace); None until one is seen
+    head_ip: str | None = None
 
     @property
     def host(self) -> str:
-        """``<head service>.<namespace>.svc``: resolves in any cluster domain through the pod's DNS search path."""
+        """The head pod's IP when the pod cache has one, else ``<head service>.<namespace>.svc`` (resolves
+        in any cluster domain through the pod's DNS search path)."""
+        if self.head_ip:
+            return f"[{self.head_ip}]" if ":" in self.head_ip else self.head_ip
         return f"{self.service}.{self.namespace}.svc"
 
     @property

@@ -81,9 +81,10 @@ class ControllerConfig:
 
     @property
     def http_limits(self) -> Limits:
-        """Limits of the metrics server: GET-only, so a request body of more than 64 KiB is refused."""
+        """Limits of the metrics server: GET-only, so a request body of more than 64 KiB is refused, and
+        one that dribbles in gets no longer than a request head."""
         return Limits(max_connections=self.max_connections, header_timeout=self.http_header_timeout_seconds,
-                      max_body_bytes=64 * 1024)
+                      body_timeout=self.http_header_timeout_seconds, max_body_bytes=64 * 1024)
 
     @property
     def webhook_limits(self) -> Limits:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -55,16 +56,21 @@ from autoscaler.controller.collector import CacheStats, ControllerCollector
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.context import ControllerContext, Published, Reconciler
 from autoscaler.controller.counters import ControllerCounters
+from autoscaler.controller.dispatch import FleetSource, fleet_source
 from autoscaler.controller.leader import LeaderElector
 from autoscaler.controller.snapshot_builder import BuildConfig, ClusterObjects, build_snapshot
 from autoscaler.core.queue_wait import new_admissions
+from autoscaler.core.rightsizing import RightsizingHistory, RightsizingPolicy, observe_snapshot
 from autoscaler.core.snapshot import ClusterSnapshot
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
 from autoscaler.signals.ray import DashboardTarget, RayClient, RayHeadClient, RaySignals
+from servicekit.http import HttpServer, start_server
 
 log = logging.getLogger("queuepilot.controller")
+RIGHTSIZING_STEP_S = 300.0  # one right-sizing observation per 5 minutes, whatever the pass rate
+RIGHTSIZING_POLICY = RightsizingPolicy()
 
 
 def _pod(obj: Any) -> Any:
@@ -115,6 +121,10 @@ class ClusterSource(Protocol):
 
     async def wait_synced(self) -> None: ...
 
+    def stale(self, now: float) -> list[str]:
+        """Watches that have made no progress within their staleness limit ("name (N s)"): /healthz fails."""
+        ...
+
 
 class WatchSource:
     """The Kubernetes ``ClusterSource``: one list-then-watch ``WatchCache`` per watched resource."""
@@ -153,13 +163,30 @@ class WatchSource:
         return [CacheStats(name, len(c.items), c.synced) for name, c in self.caches.items()]
 
     def ray_targets(self) -> dict[str, DashboardTarget | None]:
-        return {k: v.dashboard for k, v in self.caches["rayclusters"].items.items()}
+        """Each opted-in cluster's head: its running head pod's IP from the pod cache (same namespace,
+        ``ray.io/cluster`` + ``ray.io/node-type=head``), else its head Service's name."""
+        heads: dict[str, str] = {}
+        for name in ("pods", "pods-ray"):
+            if name in self.caches:
+                for p in self.caches[name].items.values():
+                    if p.ray_node_type == "head" and p.ray_cluster and p.ip and not p.terminal and not p.deleting:
+                        heads[f"{p.namespace}/{p.ray_cluster}"] = p.ip
+        out: dict[str, DashboardTarget | None] = {}
+        for key, view in self.caches["rayclusters"].items.items():
+            target = view.dashboard
+            if target is not None and key in heads:
+                target = dataclasses.replace(target, head_ip=heads[key])
+            out[key] = target
+        return out
 
     def runners(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
         return [(f"watch-{cache.name}", cache.run()) for cache in self.caches.values()]
 
     async def wait_synced(self) -> None:
-        await self.source.wait_synced()
+        await asyncio.gather(*(c.synced_event.wait() for c in self.caches.values()))
+
+    def stale(self, now: float) -> list[str]:
+        return [f"{n} ({c.stale_for(now):.0f} s)" for n, c in self.caches.items() if not c.healthy(now)]
 
 
 class _NoGpuSignal:
@@ -200,6 +227,8 @@ class Controller:
         self._session = session
         self._own_session = session is None
         self.snapshot: ClusterSnapshot | None = None
+        self.rightsizing = RightsizingHistory()  # one observation per RIGHTSIZING_STEP_S, 8 days, bounded
+        self._rightsizing_at: float | None = None
         self._previous: ClusterSnapshot | None = None
         self.passes = 0
         self.context = ControllerContext(
@@ -234,7 +263,14 @@ class Controller:
         self._ray_client = ray_client
         self.ray = RaySignals(ray_client, self._ray_error, config.ray_concurrency, config.ray_timeout_seconds) \
             if ray_client is not None else None
-        self.reconcilers = (build_reconcilers or reconcilers_module.build_reconcilers)(self.context)
+        self.fleet: FleetSource | None = None
+
+        def _build(ctx: ControllerContext) -> list[Reconciler]:
+            if getattr(config, "multikueue_dispatcher", False) and api is not None:
+                self.fleet = fleet_source(ctx, config, lambda: self._session)
+            return reconcilers_module.build_reconcilers(ctx, self.fleet)
+
+        self.reconcilers = (build_reconcilers or _build)(self.context)
         self.collector = ControllerCollector(
             lambda: self.snapshot, self.published, lambda: self.is_leader, self.cache_stats, clock=clock
         )
@@ -243,7 +279,7 @@ class Controller:
             gpu_stale_seconds=config.signal_stale_seconds, ray_stale_seconds=config.signal_stale_seconds
         )
         self._tasks: list[asyncio.Task[Any]] = []
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self._webhook: Any = None
         self.port: int | None = None
 
@@ -290,6 +326,12 @@ class Controller:
             self.counters.source_errors.labels(source="snapshot", kind="exception").inc()
             return None
         self.snapshot = snap
+        if self._rightsizing_at is None or now - self._rightsizing_at >= RIGHTSIZING_STEP_S:
+            step = RIGHTSIZING_STEP_S if self._rightsizing_at is None else now - self._rightsizing_at
+            self.rightsizing.add(observe_snapshot(snap, RIGHTSIZING_POLICY, duration_s=step))
+            self.rightsizing.prune(now)
+            self.published.recommendations = self.rightsizing.recommend(RIGHTSIZING_POLICY, snap)
+            self._rightsizing_at = now
         self.passes += 1
         self.counters.reconcile_seconds.labels(loop="snapshot").observe(time.perf_counter() - t0)
         if not self.synced:
@@ -367,20 +409,24 @@ class Controller:
 
     # ------------------------------------------------------------------------------ HTTP
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=self.config.http_limits.max_body_bytes)
 
         async def metrics(_: web.Request) -> web.Response:
             body = generate_latest(self.registry)
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         async def healthz(_: web.Request) -> web.Response:
+            stale = self.source.stale(self.clock())
+            if stale:
+                return web.Response(status=503, text="watches not current: " + ", ".join(stale) + "\n")
             return web.Response(text="ok\n")
 
         async def readyz(_: web.Request) -> web.Response:
             missing = self.source.not_synced()
             if missing:
                 return web.Response(status=503, text="caches not synced: " + ", ".join(missing) + "\n")
-            return web.Response(text="ok\n")
+            err = getattr(self._gpu, "last_error", None)
+            return web.Response(text="ok\n" + (f"GPU signal degraded: {err}\n" if err else ""))
 
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/healthz", healthz)
@@ -388,12 +434,9 @@ class Controller:
         return app
 
     async def start_http(self) -> int:
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.listen_host, self.config.listen_port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.config.listen_port
+        self._http = await start_server(self.app(), (self.config.listen_host, self.config.listen_port),
+                                        limits=self.config.http_limits, name="metrics")
+        self.port = self._http.port
         return self.port
 
     # ---------------------------------------------------------------------------- lifecycle
@@ -403,10 +446,11 @@ class Controller:
         if self._gpu is None:
             if self.config.gpu_signal == "scrape" and (self._discover is not None or self.api is not None):
                 self._gpu = ScrapeGpuSignal(self._session, self._discover or self._discover_exporters,
-                                            self._gpu_error)
+                                            self._gpu_error, utilization=self.config.gpu_utilization_signal)
             elif self.config.gpu_signal == "prometheus":
                 self._gpu = PrometheusGpuSignal(
-                    self._session, self.config.prometheus_url, self._gpu_error, self.config.prometheus_selector
+                    self._session, self.config.prometheus_url, self._gpu_error, self.config.prometheus_selector,
+                    utilization=self.config.gpu_utilization_signal,
                 )
             else:
                 self._gpu = _NoGpuSignal()
@@ -432,6 +476,8 @@ class Controller:
         if self.leader is not None:
             spawn(asyncio.create_task(self.leader.run(), name="leader"))
         spawn(asyncio.create_task(self.pass_loop(), name="passes"))
+        if self.fleet is not None:
+            await self.fleet.start()
 
     async def start_webhook(self) -> None:
         """The queue-name webhook (``autoscaler.webhook.server``), served by every replica, over TLS."""
@@ -445,6 +491,7 @@ class Controller:
                 self.config.webhook_listen, certfile, keyfile, wh.namespace_queues,
                 opt_out_annotation=wh.opt_out_annotation,
                 on_review=lambda kind, result: self.counters.webhook_reviews.labels(kind=kind, result=result).inc(),
+                dry_run=self.config.dry_run, limits=self.config.webhook_limits,
             )
         except OSError as e:  # ssl.SSLError is an OSError too
             raise ValueError(f"webhook on {self.config.webhook_listen} with {certfile}, {keyfile}: {e}") from e
@@ -469,6 +516,8 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        if self.fleet is not None:
+            await self.fleet.stop()
         if self.leader is not None:
             await self.leader.release()
         if self._gpu is not None:
@@ -476,9 +525,9 @@ class Controller:
         if self._webhook is not None:
             await self._webhook.close()
             self._webhook = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         if self._own_session and self._session is not None:
             await self._session.close()
             self._session = None

@@ -126,6 +126,9 @@ class SimClusterSource:
     async def wait_synced(self) -> None:
         await self._synced.wait()
 
+    def stale(self, now: float) -> list[str]:
+        return []  # the simulated world is read directly: nothing can fall behind
+
 
 class SimRayClient:
     """``RayClient`` for the controller's ``RaySignals``: the simulated Ray of each RayCluster."""

@@ -38,13 +38,15 @@ class StaticGpu:
 
 
 class StubRay:
-    """A Ray client answering from a dict base_url -> status (or exception)."""
+    """A Ray client answering from a dict base_url -> status (or exception), keyed by the target's
+    ``base_url`` (the address the controller chose for that head)."""
 
     def __init__(self, answers: dict[str, Any] | None = None) -> None:
         self.answers = answers or {}
         self.calls: list[str] = []
 
-    async def fetch_status(self, base_url: str, now: float) -> Any:
+    async def fetch_status(self, target: Any, now: float) -> Any:
+        base_url = target if isinstance(target, str) else target.base_url
         self.calls.append(base_url)
         a = self.answers.get(base_url)
         if isinstance(a, Exception):

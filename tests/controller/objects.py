@@ -176,6 +176,13 @@ def ray_worker_pod(cluster: str, group: str, name: str, namespace: str = "team-a
         "ray.io/cluster": cluster, "ray.io/group": group, "ray.io/node-type": "worker", "ray.io/is-ray-node": "yes"})
 
 
+def ray_head_pod(cluster: str, namespace: str = "team-a", ip: str | None = "10.0.0.1",
+                 name: str | None = None) -> dict[str, Any]:
+    """KubeRay's head pod of ``cluster``: where the controller reads Ray demand (its ``status.podIP``)."""
+    return pod(name or f"{cluster}-head", namespace, ip=ip, labels={
+        "ray.io/cluster": cluster, "ray.io/node-type": "head", "ray.io/is-ray-node": "yes"})
+
+
 def ray_cluster(
     name: str,
     namespace: str = "team-a",
@@ -198,6 +205,9 @@ def ray_cluster(
             "workerGroupSpecs": groups,
         },
     }
+    if dashboard_port:  # the head container's port named "dashboard" (the controller reads the spec, not status)
+        head = obj["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        head["ports"] = [{"name": "dashboard", "containerPort": int(dashboard_port)}]
     status: dict[str, Any] = {}
     if head_ip:
         status["head"] = {"serviceIP": head_ip, "podIP": "10.9.9.9", "serviceName": f"{name}-head-svc"}

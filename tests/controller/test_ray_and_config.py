@@ -72,17 +72,26 @@ async def test_ray_polls_are_bounded_and_keep_last_good_data():
 
 
 async def test_controller_polls_ray_heads_and_reports_demand(fake_api):
+    """Only opted-in clusters are polled, at their own head pod's IP (from the pod cache) or, before a
+    head pod is seen, their head Service's name; never at what ``status`` names."""
     fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
-    fake_api.create(o.ray_cluster("rc", head_ip="10.1.1.1", dashboard_port=8265))
-    fake_api.create(o.ray_cluster("broken", head_ip="10.2.2.2"))
+    opted = {"queuepilot.io/autoscale": "true"}
+    # status points at 10.66.6.6: a tenant-writable field the controller must never use
+    fake_api.create(o.ray_cluster("rc", head_ip="10.66.6.6", dashboard_port=8266, annotations=opted))
+    fake_api.create(o.ray_head_pod("rc", ip="10.1.1.1"))
+    fake_api.create(o.ray_cluster("broken", head_ip="10.2.2.2", annotations=opted))  # no head pod yet
+    fake_api.create(o.ray_cluster("other", head_ip="10.3.3.3"))  # not opted in
+    fake_api.create(o.ray_head_pod("other", ip="10.3.3.4"))
     demand = (RayDemand("task", {"GPU": 1.0}, count=3),)
-    stub = StubRay({"http://10.1.1.1:8265": Status(demand, observed_at=time.time())})
+    stub = StubRay({"http://10.1.1.1:8266": Status(demand, observed_at=time.time())})
     async with running_controller(fake_api, ray=stub) as c:
         await eventually(lambda: c.snapshot is not None and c.snapshot.ray_clusters.get("team-a/rc")
                          and c.snapshot.ray_clusters["team-a/rc"].demand == demand)
+        await eventually(lambda: "http://broken-head-svc.team-a.svc:8265" in stub.calls)
         snap = c.snapshot
         assert not snap.signals["ray/team-a/rc"].is_stale(snap.taken_at)
         assert snap.signals["ray/team-a/broken"].is_stale(snap.taken_at)
+        assert set(stub.calls) == {"http://10.1.1.1:8266", "http://broken-head-svc.team-a.svc:8265"}
         _, text = await http_get(f"http://127.0.0.1:{c.port}/metrics")
         assert 'queuepilot_raycluster_pending_gpus{group="gpu",namespace="team-a",raycluster="rc"} 3.0' in text
         assert 'queuepilot_source_errors_total{kind="connection",source="ray"}' in text

@@ -239,7 +239,8 @@ class World:
         rc = self.get("RayCluster", cluster, ns)
         g = rc["spec"]["workerGroupSpecs"][0]
         pods = sorted(p["metadata"]["name"] for p in self.api.list("v1", "Pod", ns)
-                      if p["metadata"].get("labels", {}).get("ray.io/cluster") == cluster)
+                      if p["metadata"].get("labels", {}).get("ray.io/cluster") == cluster
+                      and p["metadata"].get("labels", {}).get("ray.io/node-type") != "head")  # workers only
         for name in (g.get("scaleStrategy") or {}).get("workersToDelete") or []:
             if name in pods:
                 self.api.delete("v1", "Pod", name, ns)

@@ -28,9 +28,7 @@ from servicekit.http import BODY_TIMEOUT, HEADER_TIMEOUT, MALFORMED, TOO_LARGE, 
 from tests.webhook.certs import make_pki
 
 SHORT = {"header_timeout": 0.5, "body_timeout": 1.0, "max_connections": 3}
-SERVERS = ["exporter", "webhook", pytest.param("controller", marks=pytest.mark.xfail(
-    strict=True, reason="autoscaler/controller/loop.py still serves /metrics with its own AppRunner; "
-    "once it uses servicekit.http.start_server (switch-over requested) this mark must go"))]
+SERVERS = ["exporter", "webhook", "controller"]
 
 
 @dataclass
@@ -77,7 +75,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Factory]:
         closers.append(controller.shutdown)
         assert controller.port
         return Target(name, controller.port, None, "/healthz", "/metrics", config.http_limits.max_body_bytes,
-                      lambda: {})
+                      lambda: dict(controller._http.rejected) if controller._http else {})
 
     yield factory
     for close in reversed(closers):
@@ -119,7 +117,7 @@ async def test_a_half_sent_request_head_is_dropped_after_the_header_timeout(star
     answer = await read_all(reader)
     assert answer.startswith(b"HTTP/1.1 408")
     writer.close()
-    assert t.rejected().get(HEADER_TIMEOUT, 0) == (1 if name != "controller" else 0)
+    assert t.rejected().get(HEADER_TIMEOUT, 0) == 1
     # and it still serves
     assert (await get(t, t.get_path)).startswith(b"HTTP/1.1 ")
 
@@ -155,7 +153,7 @@ async def test_a_declared_oversized_body_is_413_before_it_is_sent(start, name):
     answer = await read_all(reader)
     writer.close()
     assert answer.startswith(b"HTTP/1.1 413"), answer[:100]
-    assert t.rejected().get(TOO_LARGE, 0) == (1 if name != "controller" else 0)
+    assert t.rejected().get(TOO_LARGE, 0) == 1
 
 
 @pytest.mark.parametrize("name", SERVERS)
@@ -167,7 +165,7 @@ async def test_a_body_that_does_not_arrive_in_time_is_408(start, name):
     answer = await read_all(reader)
     writer.close()
     assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
-    assert t.rejected().get(BODY_TIMEOUT, 0) == (1 if name != "controller" else 0)
+    assert t.rejected().get(BODY_TIMEOUT, 0) == 1
 
 
 @pytest.mark.parametrize("name", SERVERS)
@@ -213,8 +211,7 @@ async def test_malformed_requests_are_answered_400_and_logged_as_one_line(start,
     assert "malformed HTTP request from 127.0.0.1" in record.getMessage()
     assert "\n" not in record.getMessage() and not record.exc_info
     assert not [r for r in caplog.records if r.exc_info], "no traceback at any level"
-    if name != "controller":
-        assert t.rejected()[MALFORMED] == len(MALFORMED_REQUESTS)
+    assert t.rejected()[MALFORMED] == len(MALFORMED_REQUESTS)
 
 
 async def test_at_the_file_descriptor_limit_the_exporter_pauses_accepting_and_logs_one_line(tmp_path):

@@ -110,6 +110,7 @@ async def test_idle_ray_workers_scaled_down_by_name(fake_api: FakeApiServer, tmp
                        "queuepilot.io/pressured-idle-window": "1s", "queuepilot.io/queue-pressure-wait": "30s"}
         api.create(o.ray_cluster(RC, NS, groups=[o.ray_group(GROUP, 3, 0, 4, gpus=1)], annotations=annotations,
                                  head_ip="127.0.0.1", dashboard_port=port))
+        api.create(o.ray_head_pod(RC, NS, ip="127.0.0.1"))  # the controller reads Ray at its head pod
         for i, (pod, load) in enumerate(((BUSY, 0.9), (IDLE[0], 0.0), (IDLE[1], 0.0))):
             api.create(o.ray_worker_pod(RC, GROUP, pod, NS, node=NODE, gpus=1, ip=f"10.0.1.{i + 1}"))
             f.sources[NODE].set_allocation(i, PodRef(NS, pod, "ray-worker"))
@@ -150,7 +151,7 @@ async def test_idle_ray_workers_scaled_down_by_name(fake_api: FakeApiServer, tmp
             # KubeRay deletes exactly the named pods; queuepilot then empties workersToDelete
             kw.World(api).kuberay_sync(RC, NS, NODE)
             left = sorted(p["metadata"]["name"] for p in api.list("v1", "Pod", NS))
-            assert left == [BUSY]
+            assert left == sorted([BUSY, f"{RC}-head"])
 
             def emptied() -> bool:
                 g = api.get(kw.RAY, "RayCluster", RC, NS)["spec"]["workerGroupSpecs"][0]
