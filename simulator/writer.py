@@ -38,13 +38,16 @@ from typing import Any, Protocol
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventTarget, EventType
 from autoscaler.core.policy.admission import AdmissionDecision
+from autoscaler.core.policy.dispatch import DispatchDecision
 from autoscaler.core.policy.scaling import GroupDecision
+from autoscaler.core.policy.stall import StalledWorkload
 from autoscaler.core.snapshot import CHECK_PENDING, CHECK_READY, CHECK_REJECTED, CHECK_RETRY
 
 WORKLOAD_STATUS = "workloads/status"
 RAYCLUSTERS = "rayclusters"
 ADMISSIONCHECK_STATUS = "admissionchecks/status"
 EVENTS = "events"
+WORKLOADS = "workloads"
 MAX_EVENTS = 10_000
 MAX_MESSAGE = 1024  # as the Kubernetes writer cuts an Event's message
 
@@ -184,6 +187,26 @@ class SimWriter:
                                  max_replicas=new_max, reason=decision.reason)
         self._wrote(RAYCLUSTERS)
         return WriteOutcome("written", "", 1)
+
+    async def deactivate_workload(self, stalled: StalledWorkload, now: float) -> WriteOutcome:
+        """``spec.active: false`` on a stalled workload: Kueue evicts it, releases its quota and keeps it
+        inactive, as it does with a Rejected check (the simulated Kueue has one path for both)."""
+        if self.dry_run:
+            return WriteOutcome("dry_run")
+        w = self.world.find_workload(stalled.namespace, stalled.name)
+        if w is None:
+            return WriteOutcome("skipped", "gone", 1)
+        if stalled.uid and w.uid != stalled.uid:
+            return WriteOutcome("skipped", "recreated", 1)
+        if w.inactive:
+            return WriteOutcome("unchanged", "", 1)
+        self.world.kueue_check_rejected(w, f"deactivated: stalled for {stalled.stalled_for:.0f}s")
+        self._wrote(WORKLOADS)
+        return WriteOutcome("written", "", 1)
+
+    async def nominate_clusters(self, decision: DispatchDecision, now: float) -> WriteOutcome:
+        """The simulated world is one cluster without MultiKueue: nothing to nominate."""
+        return WriteOutcome("skipped", "no_multikueue")
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
         self.events.append(SimEvent(ref.kind, ref.namespace, ref.name, type_, reason, message[:MAX_MESSAGE], now))
