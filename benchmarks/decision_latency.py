@@ -164,7 +164,7 @@ async def scale_down(api: FakeApiServer, n: int) -> list[float]:
 
 
 def pure_policies(runs: int = 5) -> list[tuple[str, float]]:
-    """The pure decision functions at DESIGN.md's scale: 2 000 GPU nodes, 50 000 workloads (500 of them
+    """The pure decision functions at the benchmark scale: 2 000 GPU nodes, 50 000 workloads (500 of them
     waiting for our check), 2 000 opted-in RayClusters with 4 workers each."""
     from autoscaler.core.policy.admission import AdmissionConfig, decide_admissions
     from autoscaler.core.policy.ledger import Ledger

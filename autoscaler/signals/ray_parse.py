@@ -2,7 +2,7 @@
 
 Each ``parse_*`` function takes one decoded answer (the JSON document, already ``json.loads``-ed)
 and returns typed values, or raises :class:`RayParseError` when the shape is not the one Ray
-2.4x-2.60 serves (see ``docs/ray-signal.md`` and ``research-ray.md`` section 3).  The client in
+2.4x-2.60 serves (see ``docs/ray-signal.md``).  The client in
 ``autoscaler.signals.ray_demand`` does the HTTP and puts the pieces together.
 
 Vocabulary:

@@ -136,7 +136,7 @@ def head() -> Iterator[Head]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(
         HOME=tmp,  # Ray may write ~/.ray; keep it out of the real home
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # keep 127.0.0.1 (research-ray.md section 6)
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # keep 127.0.0.1 (on a host with a routable address Ray replaces 127.0.0.1 with it)
         RAY_enable_autoscaler_v2="1",
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN=token,

@@ -1,4 +1,4 @@
-"""Each baseline reproduces its formula (research-traces.md section 4) on hand-checked numbers."""
+"""Each baseline reproduces its formula (docs/simulation.md, "Policies") on hand-checked numbers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Start a real Prometheus / Alertmanager on 127.0.0.1 for a test, every Debian default overridden.
 
-research-observability.md 1: both are ready in well under a second; start a fresh one per
+Both are ready in well under a second; start a fresh one per
 scenario rather than hot-reloading rules.
 """
 
