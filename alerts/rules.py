@@ -237,7 +237,10 @@ def alerts(c: AlertConfig) -> list[Alert]:
         ),
         Alert(
             "QueuePilotStalledWorkload", "warning",
-            f"sum by (cluster_queue) ({cm.STALLED_WORKLOADS.name}{{{c.controller_selector}}}) > 0",
+            # the leader's gauge only: a replica that lost the lease keeps its last values
+            "sum by (cluster_queue) ("
+            + _leader_only(f"{cm.STALLED_WORKLOADS.name}{{{c.controller_selector}}}", c.controller_selector)
+            + ") > 0",
             "5m",
             "Admitted workloads hold GPUs that have done no work for the stall window.",
             "ClusterQueue {{ $labels.cluster_queue }} has {{ printf \"%.0f\" $value }} stalled workload(s) (every "

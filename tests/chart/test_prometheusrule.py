@@ -83,8 +83,9 @@ def _unit_tests() -> dict:
         # quota equals capacity (32); 2 GPUs broke: quiet with the defaults (4 GPUs / 5 %), loud here
         ('queuepilot_flavor_gpus{flavor="h100",state="nominal"}', "32x50"),
         ('queuepilot_flavor_gpus{flavor="h100",state="healthy"}', "32x4 30x45"),
-        # the renamed controller job reports a stalled workload from 5m
-        ('queuepilot_stalled_workloads{job="qp-ctrl",instance="10.0.1.1:8080",cluster_queue="cq"}', "0x4 1x30"),
+        # the renamed controller job reports a stalled workload from 2m; after 10m that replica no longer
+        # leads, so its (stale) gauge no longer counts
+        ('queuepilot_stalled_workloads{job="qp-ctrl",instance="10.0.1.1:8080",cluster_queue="cq"}', "0x1 1x33"),
         # two workers with idle Ray actors reclaimed (at 5m and 10m): quiet with the default 4, loud with 2
         ('queuepilot_reclaimed_workers_total{namespace="team-a",raycluster="rc",group="gpu",reason="idle_actor",'
          'mode="live"}', "0x4 1x4 2x30"),
@@ -121,11 +122,12 @@ def _unit_tests() -> dict:
             "and more than 0.01 of the quota); admitted work will wait or be retried.")),
     ]
     checks += [
-        _alert("QueuePilotStalledWorkload", "7m"),
-        _alert("QueuePilotStalledWorkload", "15m", _exp(
+        _alert("QueuePilotStalledWorkload", "5m"),
+        _alert("QueuePilotStalledWorkload", "9m", _exp(
             {"severity": "warning", "cluster_queue": "cq"}, "QueuePilotStalledWorkload",
             "ClusterQueue cq has 1 stalled workload(s) (every GPU under the stall threshold for the stall window); "
             "see the StalledWorkload Events.")),
+        _alert("QueuePilotStalledWorkload", "15m"),
         _alert("QueuePilotWorkerCapacityStale", "6m"),
         _alert("QueuePilotWorkerCapacityStale", "9m", _exp(
             {"severity": "warning", "job": "qp-ctrl", "instance": "10.0.1.1:8080", "cluster": "worker-b"},

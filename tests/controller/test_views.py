@@ -142,6 +142,7 @@ def test_ray_cluster_view():
         autoscaler=True, head_ip="10.1.2.3", dashboard_port=8266,
     )
     raw["spec"]["workerGroupSpecs"][0]["idleTimeoutSeconds"] = 120
+    raw["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].pop("ports")  # only status names 8266
     v = views.ray_cluster_view(raw)
     rc = v.state
     # opted in: polled at its own head Service, never at the address in its status (10.1.2.3:8266)
