@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -87,11 +88,14 @@ def positive_number(text: str) -> float:
 
 
 # ------------------------------------------------------------------------------------ controller
-def demo_controller(world: DemoWorld, listen: ListenAddress, exporters: list[ExporterApp]) -> Controller:
+def demo_controller(world: DemoWorld, listen: ListenAddress, exporters: list[ExporterApp],
+                    gpu_signal: Any = None) -> Controller:
     """The real ``Controller`` over the simulated world: objects from ``SimClusterSource``, GPU readings
     scraped from ``exporters``, Ray demand from ``SimRayClient``, writes through the engine's
     ``SimWriter``; its clock is the simulation's.  Periods are in real seconds; ages and staleness in
-    simulated ones (a reading is at most a couple of real seconds, ``speed`` x as many simulated, old)."""
+    simulated ones (a reading is at most a couple of real seconds, ``speed`` x as many simulated, old).
+    ``gpu_signal``: the controller's own ``ScrapeGpuSignal`` over ``exporters`` when None (a test that
+    steps the world passes one it polls itself)."""
     speed = world.cfg.speed
     config = ControllerConfig(
         listen_host=listen.host, listen_port=listen.port, gpu_signal="scrape", leader_elect=False,
@@ -104,7 +108,8 @@ def demo_controller(world: DemoWorld, listen: ListenAddress, exporters: list[Exp
         return [(app.hostname, app.metrics_url.removesuffix("/metrics")) for app in exporters]
 
     return Controller(config, None, clock=lambda: world.sim_now, ray_client=SimRayClient(world.engine),
-                      source=world.source, writer=world.engine.writer, discover_exporters=discover)
+                      source=world.source, writer=world.engine.writer, discover_exporters=discover,
+                      gpu_signal=gpu_signal)
 
 
 def _exporter_listens(first: ListenAddress, n: int) -> list[str]:
@@ -251,6 +256,8 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], stop: asyncio.Event) -> None:
+    from simulator.demo.view import hint_lines, plain_line, render, story_line
+
     t_real0 = time.monotonic()
     sim0 = world.sim_now
     deadline = t_real0 + args.duration if args.duration > 0 else None
@@ -258,13 +265,13 @@ async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], sto
     if not args.no_tui:
         from rich.live import Live
 
-        from simulator.demo.view import render
-
-        live = Live(render(world, urls), refresh_per_second=4, screen=False)
+        live = Live(refresh_per_second=4, screen=False, vertical_overflow="crop")
+        live.update(_view(world, urls, live, render))
         live.start()
-    from simulator.demo.view import plain_line
 
     next_plain = 0.0
+    told = 0  # story entries printed (--no-tui)
+    hinted: set[str] = set()
     try:
         while not stop.is_set() and not world.finished:
             now = time.monotonic()
@@ -272,18 +279,31 @@ async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], sto
                 break
             await world.step_to(sim0 + (now - t_real0) * args.speed)
             if live is not None:
-                from simulator.demo.view import render
-
-                live.update(render(world, urls))
-            elif now >= next_plain:
-                print(plain_line(world), flush=True)
-                next_plain = now + PLAIN_EVERY_S
+                live.update(_view(world, urls, live, render))
+            else:
+                total = sum(world.counts.values())
+                for entry in list(world.story)[len(world.story) - min(len(world.story), total - told):]:
+                    print(story_line(entry), flush=True)
+                told = total
+                starving = {key for key, _, _ in world.starving()}
+                if starving - hinted:
+                    for line in hint_lines(world):
+                        print(line, flush=True)
+                hinted |= starving
+                if now >= next_plain:
+                    print(plain_line(world), flush=True)
+                    next_plain = now + PLAIN_EVERY_S
             timeout = STEP_S if deadline is None else max(0.0, min(STEP_S, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout)
     finally:
         if live is not None:
             live.stop()
+
+
+def _view(world: DemoWorld, urls: list[str], live: Any, render: Any) -> Any:
+    size = live.console.size
+    return render(world, urls, size.width, size.height)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not args.no_tui:  # the live view shows the failed GPUs; log lines would scroll it out of an 80x24 terminal
+        logging.getLogger("exporter").setLevel(logging.ERROR)
     try:
         return asyncio.run(run(args))
     except OSError as e:

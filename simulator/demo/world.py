@@ -10,13 +10,23 @@ Workloads whose check is Ready).  After each step the world drives one ``SimSour
 utilization of the pod on each GPU, and XID 79 + fallen-off-the-bus for a failed GPU (cleared on
 repair); which pod holds which GPU reaches the exporter through its PodResources client
 (``SimPodResources``).
+
+The demo tells its story in the first real minute: the warm-up ends on Monday 10:00 (the morning
+peak of the synthetic trace), and ``fail_after_s`` simulated seconds after the hand-over one GPU
+that holds running work falls off the bus (XID 79), scripted, besides the random failures.
+``story`` is what happened since the hand-over, for people: each controller decision line (Ready,
+Retry with its reason, scale up/down) and each GPU failure/repair, stamped with the simulated time;
+``counts`` counts them by kind.  ``starving()`` names the multi-GPU workloads that have waited long
+on ``Fragmented`` (the view turns it into a hint of what an operator can do).
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.controller.context import Published
 from exporter.sources.sim import SimSource
@@ -37,9 +47,73 @@ class DemoConfig:
     speed: float = 60.0  # simulated seconds per real second
     seed: int = 0
     hours: float = 24.0 * 7  # trace length (the demo stops at --duration or when it runs out)
-    warmup_s: float = 3 * 3600.0  # simulated before serving, so the first scrape shows a busy cluster
+    warmup_s: float = 10 * 3600.0  # simulated before serving: opens on Monday 10:00, the morning peak
     jobs_per_hour: float = 6.0
-    gpu_failure_rate: float = 0.2  # per GPU per day: a failure every ~20 simulated minutes on 32 GPUs
+    gpu_failure_rate: float = 0.2  # random, per GPU per day: one every ~3.75 simulated hours on 32 GPUs
+    fail_after_s: float | None = 1500.0  # scripted XID 79 on a busy GPU this long after the hand-over (25 s at 60x)
+    repair_mean_s: float = 1800.0
+    starving_after_s: float = 600.0  # a multi-GPU workload waiting this long on Fragmented gets a hint
+
+
+# kinds of story entries
+READY, RETRY, REJECTED, UNHEALTHY, REPAIRED, SCALE_DOWN, SCALE_UP, OTHER = (
+    "ready", "retry", "rejected", "unhealthy", "repaired", "scale-down", "scale-up", "other")
+_ADMISSION = re.compile(r"^(?:\(dry-run\) )?(?P<wl>\S+) \[(?P<cq>[^\]]*)\] (?:would )?(?P<state>Ready|Retry|Rejected|Pending|"
+                        r"leave Pending) (?P<reason>\w+): (?P<msg>.*)$")
+_SCALING = re.compile(r"^(?:\(dry-run\) )?(?P<rc>\S+/\S+)/(?P<group>\S+) (?:would scale )?(?P<dir>up|down|hold) "
+                      r"(?P<cur>\d+)->(?P<new>\d+) (?P<reason>\w+): (?P<msg>.*)$")
+
+
+class StoryEntry(NamedTuple):
+    at: float  # simulated seconds
+    kind: str
+    subject: str  # workload, RayCluster or GPU
+    reason: str
+    text: str  # for people, without the subject
+
+
+class _Tap(list):
+    """``published.last_decisions`` that also hands every appended line to ``on_line``."""
+
+    def __init__(self, lines: list[str], on_line: Callable[[str], None]) -> None:
+        super().__init__(lines)
+        self.on_line = on_line
+
+    def append(self, line: str) -> None:  # type: ignore[override]
+        super().append(line)
+        self.on_line(line)
+
+
+def classify(line: str) -> tuple[str, str, str, str]:
+    """A controller decision line -> (kind, subject, reason, message for people)."""
+    m = _ADMISSION.match(line)
+    if m:
+        kind = {"Ready": READY, "Retry": RETRY, "Rejected": REJECTED}.get(m["state"], OTHER)
+        return kind, m["wl"], m["reason"], _tidy(m["msg"])
+    m = _SCALING.match(line)
+    if m:
+        cur, new = int(m["cur"]), int(m["new"])
+        kind = SCALE_DOWN if new < cur else SCALE_UP if new > cur else OTHER
+        return kind, m["rc"], m["reason"], _tidy(m["msg"])
+    return OTHER, "", "", _tidy(line)
+
+
+def _tidy(msg: str) -> str:
+    """Controller messages, shorter for a terminal: no flavor repeated, no pod-set name, no raw seconds."""
+    msg = msg.replace(" on flavor a100", "").replace(" (workers)", "").replace("a100: ", "")
+    msg = re.sub(r"retry in (\d+)s", lambda m: f"retry in {_duration(float(m[1]))}", msg)
+    msg = re.sub(r"scale (?:down|up) \d+ -> \d+: ", "", msg)
+    msg = re.sub(r"GPU gr_engine_active under", "GPU under", msg)
+    return msg
+
+
+def _duration(s: float) -> str:
+    s = max(0.0, s)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
 
 
 class DemoWorld:
@@ -49,7 +123,7 @@ class DemoWorld:
                                  gpu_mix=DEMO_GPU_MIX)
         window = synthetic(cfg.hours, cfg.seed, cfg.nodes * cfg.gpus_per_node, params)
         sim_cfg = replace(SimConfig(), nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, seed=cfg.seed,
-                          gpu_failure_rate=cfg.gpu_failure_rate, teams=DEMO_TEAMS, repair_mean_s=1800.0)
+                          gpu_failure_rate=cfg.gpu_failure_rate, teams=DEMO_TEAMS, repair_mean_s=cfg.repair_mean_s)
         self.engine = Engine(window.jobs, cfg.hours * 3600.0, "queuepilot", sim_cfg)
         self.published: Published = self.engine.context.published
         self.source = SimClusterSource(self.engine)
@@ -61,6 +135,11 @@ class DemoWorld:
         self.pod_resources = {name: SimPodResources(self.engine, name, src.uuids) for name, src in self.sources.items()}
         self.on_step: Callable[[], None] | None = None  # the controller's request_pass, after the hand-over
         self._lost: dict[tuple[str, int], bool] = {}
+        self.handed_over_at: float | None = None
+        self.story: deque[StoryEntry] = deque(maxlen=200)
+        self.counts: Counter[str] = Counter()  # story kinds since the hand-over
+        self._last_reason: dict[str, tuple[str, float]] = {}  # workload -> (last admission reason, since)
+        self._scripted_at: float | None = None
         self.engine.start()
 
     # -------------------------------------------------------------------------------- stepping
@@ -76,16 +155,72 @@ class DemoWorld:
         writer counts into the controller's counters, and each step asks it for a pass."""
         self.engine.drive_reconcilers = False
         self.engine.writer.counters = counters
+        published.last_decisions = _Tap(published.last_decisions, self._on_decision)
         self.published = published
         self.on_step = request_pass
+        self.handed_over_at = self.engine.now
+        if self.cfg.fail_after_s is not None:
+            self._scripted_at = self.engine.now + self.cfg.fail_after_s
         self.source.mark_synced()
 
     async def step_to(self, sim_t: float) -> None:
         """Advance the simulation to ``sim_t`` and refresh what the exporters show."""
-        await self.engine.advance(min(sim_t, self.engine.window_s))
+        target = min(sim_t, self.engine.window_s)
+        if self._scripted_at is not None and target >= self._scripted_at:
+            await self.engine.advance(self._scripted_at)
+            self._scripted_at = None
+            self.fail_busy_gpu()
+        await self.engine.advance(target)
         self._drive_sources()
         if self.on_step is not None:
             self.on_step()
+
+    def fail_busy_gpu(self) -> tuple[str, int] | None:
+        """Script an XID 79 on a healthy GPU that holds running work (a RayJob pod first, else a Ray
+        worker); it is repaired ``repair_mean_s`` later.  Returns (node, GPU index), None if none is busy."""
+        e = self.engine
+        candidates = [(0 if "-ray-" not in o else 1, n.name, i) for n in e.cluster.nodes
+                      for i, o in enumerate(n.owner) if o is not None and n.healthy[i]]
+        if not candidates:
+            return None
+        _, name, idx = min(candidates)
+        node = e.cluster.by_name[name]
+        if e.cluster.fail(node, idx):
+            e.metrics.gpu_failures += 1
+            e.push(e.now + self.cfg.repair_mean_s, "gpu_repair", (name, idx))
+        return name, idx
+
+    # -------------------------------------------------------------------------------- story
+    def _tell(self, kind: str, subject: str, reason: str, text: str) -> None:
+        self.story.append(StoryEntry(self.engine.now, kind, subject, reason, text))
+        self.counts[kind] += 1
+
+    def _on_decision(self, line: str) -> None:
+        kind, subject, reason, text = classify(line)
+        if kind in (READY, RETRY, REJECTED):
+            prev = self._last_reason.get(subject)
+            since = prev[1] if prev is not None and prev[0] == reason else self.engine.now
+            self._last_reason[subject] = (reason, since)
+        if kind == OTHER and not subject:
+            return  # e.g. the AdmissionCheck activation
+        self._tell(kind, subject, reason, text)
+
+    def starving(self) -> list[tuple[str, int, float]]:
+        """Multi-GPU workloads still waiting whose admission says ``Fragmented`` and that have waited
+        more than ``starving_after_s``: (workload, GPUs, seconds waited), longest first."""
+        e = self.engine
+        out = []
+        for key, (reason, _since) in self._last_reason.items():
+            if reason != "Fragmented":
+                continue
+            ns, _, name = key.partition("/")
+            w = e.find_workload(ns, name)
+            if w is None or w.name in e.run_start or w.gpus < 2:
+                continue
+            waited = e.now - w.job.submit
+            if waited > self.cfg.starving_after_s:
+                out.append((key, w.gpus, waited))
+        return sorted(out, key=lambda x: -x[2])
 
     @property
     def decisions(self) -> list[str]:
@@ -125,9 +260,24 @@ class DemoWorld:
                         src.inject_xid(i, FAILED_XID)
                     src.set_lost(i, lost)
                     self._lost[(node.name, i)] = lost
+                    if self.handed_over_at is not None:
+                        self._tell_health(node.name, i, owner, lost)
+
+    def _tell_health(self, node: str, i: int, owner: str | None, lost: bool) -> None:
+        gpu = f"{node} GPU {i}"
+        if lost:
+            held = f"; {owner} keeps it, degraded" if owner else ""
+            self._tell(UNHEALTHY, gpu, "XID 79",
+                       f"fell off the bus (XID {FAILED_XID}){held}; no longer offered to admission")
+        else:
+            self._tell(REPAIRED, gpu, "repaired", "healthy again, offered to admission")
+
+
+DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # the synthetic trace starts on a Monday at 00:00
 
 
 def _clock(sim_t: float) -> str:
     d, rem = divmod(int(sim_t), 86400)
     h, rem = divmod(rem, 3600)
-    return f"d{d} {h:02d}:{rem // 60:02d}"
+    week = f" wk{d // 7 + 1}" if d >= 7 else ""
+    return f"{DAYS[d % 7]}{week} {h:02d}:{rem // 60:02d}"

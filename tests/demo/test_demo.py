@@ -92,7 +92,7 @@ def test_demo_serves_both_endpoints_and_exits_cleanly():
     assert re.search(r'^queuepilot_flavor_gpus\{flavor="a100",state="nominal"\} 32\.0$', ctl_text, flags=re.M)
     assert re.search(r"^queuepilot_scale_decisions_total\{", ctl_text, flags=re.M)
     assert re.search(r'^queuepilot_raycluster_workers\{.*kind="desired"', ctl_text, flags=re.M)
-    assert "sim d0" in rest  # --no-tui status lines
+    assert "Mon 10:" in rest  # --no-tui status lines: the demo opens on Monday 10:00
     assert "stopped at simulated" in rest
 
 
