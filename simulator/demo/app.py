@@ -44,7 +44,7 @@ from servicekit.argtypes import count, non_negative_seconds
 from servicekit.envflags import EnvError, HelpFormatter, apply_env
 from servicekit.listen import ListenAddress, listen_arg
 from simulator.demo.sources import SimRayClient
-from simulator.demo.world import DemoConfig, DemoWorld
+from simulator.demo.world import DemoConfig, DemoWorld, _clock
 
 log = logging.getLogger("queuepilot.demo")
 
@@ -222,8 +222,10 @@ async def run(args: argparse.Namespace) -> int:
                                                           controller.config.listen_host)
         controller_url = f"http://{'[' + host + ']' if ':' in host else host}:{controller.port}/metrics"
         urls = [app.metrics_url for app in exporters] + [controller_url]
+        fail = ("" if world.cfg.fail_after_s is None else
+                f"; a GPU fails {world.cfg.fail_after_s / args.speed:.0f} real seconds in")
         print(f"queuepilot demo: {len(exporters)} nodes x {world.cfg.gpus_per_node} GPUs, 3 teams, x{args.speed:g} "
-              "real time", flush=True)
+              f"real time, opening {_clock(world.sim_now)}{fail}", flush=True)
         for app in exporters:
             print(f"  exporter   {app.hostname}: {app.metrics_url}", flush=True)
         print(f"  controller: {controller_url} (and /healthz, /readyz)", flush=True)
