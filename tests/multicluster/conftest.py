@@ -122,7 +122,7 @@ class Fleet3:
         wl = self.manager.get(KUEUE, "Workload", name, "team-a")
         return (wl.get("status") or {}).get("nominatedClusterNames")
 
-    async def wait_for(self, predicate: Callable[[], bool], within: float = 15.0) -> None:
+    async def wait_for(self, predicate: Callable[[], bool], within: float = 30.0) -> None:
         deadline = time.monotonic() + within
         while not predicate():
             if time.monotonic() > deadline:
@@ -137,7 +137,7 @@ class Fleet3:
         def reconcilers(ctx: Any) -> list[Any]:
             self.fleet = FleetSource(ctx.api_client, ctx.counters, namespace=NS, on_change=ctx.request_pass,
                                      gpu_factory=lambda name: WorkerGpu(name, self.unhealthy),
-                                     refresh_seconds=0.3, gpu_poll_seconds=0.2, stale_after=1.0)
+                                     refresh_seconds=0.3, gpu_poll_seconds=0.2, stale_after=3.0)
             out = build_reconcilers(ctx, self.fleet)
             if config is not None:
                 out[-1].config = config

@@ -80,7 +80,7 @@ async def test_unreachable_worker_drops_out(fleet3: Fleet3) -> None:
     async with fleet3.running():
         await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a", "worker-b"])
         await fleet3.workers["worker-a"].stop()  # partition: worker-a's API server is gone
-        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-b"], within=20)
+        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-b"], within=40)
         d = dispatcher(fleet3)
         await fleet3.wait_for(lambda: d.published.up.get("worker-a") == 0)
         assert d.published.up.get("worker-b") == 1
@@ -104,7 +104,7 @@ async def test_ledger_never_promises_a_gpu_twice(fleet3: Fleet3) -> None:
         wl["status"].pop("nominatedClusterNames", None)
         fleet3.manager.update_status(wl, field_manager="kueue")
         # its promise on worker-b is given back: "second" goes there (after its backoff)
-        await fleet3.wait_for(lambda: fleet3.nominated("second") == ["worker-b"], within=20)
+        await fleet3.wait_for(lambda: fleet3.nominated("second") == ["worker-b"], within=40)
         assert set(d.ledgers["worker-a"].reservations) == {"team-a/first"}
         assert set(d.ledgers["worker-b"].reservations) == {"team-a/second"}
 
@@ -133,4 +133,4 @@ async def test_stale_gpu_health_drops_out(fleet3: Fleet3) -> None:
     async with fleet3.running(config=DispatchConfig(stale_seconds=1.0)):
         await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a", "worker-b"])
         FROZEN.add("worker-b")  # its series stop arriving in the shared Prometheus
-        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a"], within=20)
+        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a"], within=40)
