@@ -104,6 +104,8 @@ def _tidy(msg: str) -> str:
     msg = re.sub(r"retry in (\d+)s", lambda m: f"retry in {_duration(float(m[1]))}", msg)
     msg = re.sub(r"scale (?:down|up) \d+ -> \d+: ", "", msg)
     msg = re.sub(r"GPU gr_engine_active under", "GPU under", msg)
+    msg = re.sub(r"\b(\d+) (\w+)\(s\)", lambda m: f"{m[1]} {m[2]}{'' if m[1] == '1' else 's'}", msg)
+    msg = re.sub(r"\bfor (\d+(?:\.\d+)?)m\b", r"for \1 min", msg)
     return msg
 
 

@@ -144,5 +144,6 @@ def test_decision_lines_are_classified():
     kind, who, reason, text = classify("team-b/team-b-ray/gpu-workers down 6->5 IdleWorkers: scale down 6 -> 5: 1 "
                                        "worker(s) idle (GPU gr_engine_active under 5%, no Ray work) for 1.5m")
     assert (kind, who, reason) == (SCALE_DOWN, "team-b/team-b-ray", "IdleWorkers")
-    assert text.startswith("1 worker(s) idle")
+    assert text == "1 worker idle (GPU under 5%, no Ray work) for 1.5 min"
+    assert classify("ns/rc/g down 5->2 IdleWorkers: 3 worker(s) idle for 2m")[3] == "3 workers idle for 2 min"
     assert classify("team-a/w [cq] Ready CapacityConfirmed: 4 healthy GPUs reserved (a100: n 4)")[0] == READY
