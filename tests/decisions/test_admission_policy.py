@@ -233,3 +233,21 @@ def test_config_from_settings_and_errors():
         admission_config({"admission": {"stale_mode": "hold"}})
     with pytest.raises(ValueError, match="fail-open or hold"):
         admission_config({"admission": {"stale_signal_mode": "maybe"}})
+
+
+def test_a_workload_that_keeps_failing_on_fragmentation_is_told_what_to_do():
+    """The first Fragmented retries state the blocks; from the fourth try on, the message (and so the
+    check entry and the Event) also says what an operator can do about fragmentation."""
+    from autoscaler.core.policy.admission import FRAGMENTED_HINT_AFTER
+
+    w = workload("w", [("main", 3, 8)])
+    first = only(decide(snapshot(FOUR_NODES, [w]), history={w.key: FRAGMENTED_HINT_AFTER - 1}))
+    later = only(decide(snapshot(FOUR_NODES, [w]), history={w.key: FRAGMENTED_HINT_AFTER}))
+    assert first.reason == later.reason == R.FRAGMENTED
+    assert "ResourceFlavor" not in first.message
+    assert f"fragmented on {FRAGMENTED_HINT_AFTER + 1} tries" in later.message
+    assert "reserve whole nodes" in later.message and "reclaim-idle-actors" in later.message
+    # not for a workload that is short of GPUs altogether: more blocks would not help it
+    big = workload("big", [("main", 4, 8)])
+    short = only(decide(snapshot(FOUR_NODES, [big]), history={big.key: 10}))
+    assert short.reason == R.INSUFFICIENT_GPUS and "reserve whole nodes" not in short.message

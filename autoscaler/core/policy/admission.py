@@ -65,6 +65,9 @@ RetryHistory = Mapping[str, int]  # workload key -> Retry decisions made so far 
 _MAX_BLOCKS_SHOWN = 8
 
 
+# from this many earlier retries on, a Fragmented message says what an operator can do about it
+FRAGMENTED_HINT_AFTER = 3
+
 @dataclass(frozen=True, slots=True)
 class AdmissionDecision:
     """Our verdict on one workload's check entry. ``state`` None = leave it Pending."""
@@ -307,6 +310,10 @@ def _decide(
             infeasible = tuple(f"{ps}: {n} of {counts[ps]} pods unplaced on {flavor}"
                                for ps, n in sorted(result.unplaced.items()) if n)
             reason = R.INSUFFICIENT_GPUS if free < needed else R.FRAGMENTED
+            if reason == R.FRAGMENTED and attempts >= FRAGMENTED_HINT_AFTER:
+                detail += (f"; fragmented on {attempts + 1} tries: reserve whole nodes for multi-GPU workloads "
+                           "(a ResourceFlavor of their own), or let idle Ray workers go "
+                           '(queuepilot.io/reclaim-idle-actors: "true", stall deactivation)')
             return retry(reason, detail, infeasible), None
         reservation[flavor] = frozen_map(result.gpus_by_node())
         placement.update(result.placement)
