@@ -49,6 +49,8 @@ class SimCluster:
         self.by_name = {n.name: n for n in self.nodes}
         self.pod_gpus: dict[str, list[tuple[SimNode, int]]] = {}
         self._free: dict[str, int] = {n.name: n.gpus for n in self.nodes}
+        self._allocated = 0  # GPUs owned by a pod (== sum of len(pod_gpus values))
+        self.version = 0  # bumped on every change to any node (the snapshot builder caches the node map by it)
 
     # ---------------------------------------------------------------------------- accounting
     @property
@@ -65,7 +67,7 @@ class SimCluster:
         return sum(self._free[n.name] for n in self.flavors.get(flavor, ()))
 
     def allocated_gpus(self) -> int:
-        return sum(len(v) for v in self.pod_gpus.values())
+        return self._allocated
 
     def unhealthy_gpus(self) -> int:
         return sum(1 for n in self.nodes for h in n.healthy if not h)
@@ -100,6 +102,8 @@ class SimCluster:
                     got.append((node, i))
             self._free[node.name] -= need
             node.version += 1
+            self.version += 1
+            self._allocated += len(got)
             self.pod_gpus[pod_id] = got
         return True
 
@@ -127,6 +131,8 @@ class SimCluster:
                     got.append((node, i))
             self._free[node_name] -= need
             node.version += 1
+            self.version += 1
+            self._allocated += len(got)
             self.pod_gpus[pod_id] = got
         return True
 
@@ -136,6 +142,8 @@ class SimCluster:
             if node.healthy[i]:
                 self._free[node.name] += 1
             node.version += 1
+            self.version += 1
+            self._allocated -= 1
 
     def node_of(self, pod_id: str) -> str | None:
         got = self.pod_gpus.get(pod_id)
@@ -150,6 +158,7 @@ class SimCluster:
         if node.owner[index] is None:
             self._free[node.name] -= 1
         node.version += 1
+        self.version += 1
         return True
 
     def repair(self, node: SimNode, index: int) -> None:
@@ -159,9 +168,11 @@ class SimCluster:
         if node.owner[index] is None:
             self._free[node.name] += 1
         node.version += 1
+        self.version += 1
 
     def check(self) -> None:
         """Invariants: the free counts match the GPU table; each GPU has at most one owner."""
+        assert self._allocated == sum(len(v) for v in self.pod_gpus.values()), "allocated count drifted"
         seen: set[tuple[str, int]] = set()
         for pod, gpus in self.pod_gpus.items():
             for node, i in gpus:

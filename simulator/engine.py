@@ -204,6 +204,7 @@ class Engine:
         self._started: set[int] = set()
         self._pass_at: float | None = None
         self._operator_batched = False
+        self._utils: dict[str, tuple[int, float, tuple[float, ...], int]] = {}  # team -> _worker_utils cache
         self.last_decisions: deque[str] = deque(maxlen=50)  # baseline scale changes (queuepilot's: published)
         self.policy_name = policy
         self.policy = make_policy(policy, self.cfg.teams, self.static_replicas)
@@ -410,6 +411,7 @@ class Engine:
             job, _ = rc.queue.popleft()
             wk.task = job
             wk.generation += 1
+            rc.epoch += 1
             wk.busy_until = self.now + job.duration
             wk.tail_until = wk.busy_until + job.idle_tail
             self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
@@ -440,6 +442,7 @@ class Engine:
     def _free_worker(self, rc: SimRayCluster, wk: SimWorker) -> None:
         wk.task = None
         wk.generation += 1
+        rc.epoch += 1
         wk.idle_since = self.now
         self._assign(rc)
 
@@ -449,6 +452,7 @@ class Engine:
         wk = rc.workers.get(name)
         if wk is not None:
             wk.idle_since = self.now
+            rc.epoch += 1
             self._assign(rc)
 
     # ------------------------------------------------------------------------ KubeRay operator
@@ -471,10 +475,12 @@ class Engine:
             self.kueue.reserve(rc.cq, rc.flavor, 1)
             rc.workers[name] = SimWorker(name, self.now, self.now + rc.startup_s, idle_since=self.now)
             rc.version += 1
+            rc.epoch += 1
             self.push(self.now + rc.startup_s, "worker_ready", (rc.team, name))
 
     def _delete_worker(self, rc: SimRayCluster, name: str) -> None:
         wk = rc.workers.pop(name)
+        rc.epoch += 1
         self.snapshots.forget_worker(name)
         if wk.task is not None and self.now < wk.busy_until:
             rc.queue.appendleft((wk.task, self.now))  # killed mid-work: restarts from scratch
@@ -619,10 +625,10 @@ class Engine:
         used = 0.0
         idle = 0
         for rc in self.rays.values():
-            for wk in rc.workers.values():
-                u = wk.util(now)
+            utils, rc_idle = self._worker_utils(rc, now)
+            for u in utils:  # one by one, in the workers' order: the same float sum as ever
                 used += u
-                idle += u < IDLE_UTIL
+            idle += rc_idle
         for name, start in self.run_start.items():
             w = self.workloads.get(name)
             if w is None:
@@ -633,6 +639,19 @@ class Engine:
             if u < IDLE_UTIL:
                 idle += w.gpus
         return allocated, used, idle
+
+    def _worker_utils(self, rc: SimRayCluster, now: float) -> tuple[tuple[float, ...], int]:
+        """Each worker's GPU utilization now (in ``rc.workers`` order) and how many idle, cached until a
+        worker comes, goes or changes task (``rc.epoch``) or a busy period ends."""
+        cached = self._utils.get(rc.team)
+        if cached is not None and cached[0] == rc.epoch and now < cached[1]:
+            return cached[2], cached[3]
+        utils = tuple(wk.util(now) for wk in rc.workers.values())
+        idle = sum(1 for u in utils if u < IDLE_UTIL)
+        until = min((wk.busy_until for wk in rc.workers.values() if wk.task is not None and wk.busy_until > now),
+                    default=math.inf)
+        self._utils[rc.team] = (rc.epoch, until, utils, idle)
+        return utils, idle
 
     def _account(self, dt: float) -> None:
         allocated, used, idle = self.usage_now()

@@ -53,22 +53,17 @@ class SimWorkload:
     unplaceable_since: float | None = None
     retries: int = 0
     version: int = 0
+    # derived from the job once (a month builds millions of snapshots and queue scans)
+    name: str = field(init=False, default="")  # rayjob-<id>
+    namespace: str = field(init=False, default="")  # the job's team
+    gpus: int = field(init=False, default=0)  # pods x GPUs per pod
+    uid: str = field(init=False, default="")
 
-    @property
-    def name(self) -> str:
-        return f"rayjob-{self.job.id}"
-
-    @property
-    def namespace(self) -> str:
-        return self.job.team
-
-    @property
-    def gpus(self) -> int:
-        return self.job.pods * self.job.gpus_per_pod
-
-    @property
-    def uid(self) -> str:
-        return f"uid-{self.job.id}"
+    def __post_init__(self) -> None:
+        self.name = f"rayjob-{self.job.id}"
+        self.namespace = self.job.team
+        self.gpus = self.job.pods * self.job.gpus_per_pod
+        self.uid = f"uid-{self.job.id}"
 
     @property
     def holds_quota(self) -> bool:

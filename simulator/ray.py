@@ -60,6 +60,7 @@ class SimRayCluster:
     next_id: int = 0
     version: int = 0
     killed_tasks: int = 0
+    epoch: int = 0  # bumped when a worker comes, goes or changes task (caches of worker views key on it)
 
     @property
     def namespace(self) -> str:

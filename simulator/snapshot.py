@@ -61,6 +61,11 @@ class SnapshotBuilder:
         self._nodes: dict[str, tuple[int, NodeState]] = {}
         self._workloads: dict[str, tuple[int, WorkloadState]] = {}
         self._workers: dict[str, tuple[tuple[int, bool, bool], RayWorker]] = {}
+        # whole-map caches: the node map by the cluster's version, the ClusterQueues by their usage,
+        # each RayCluster's worker tuple by (epoch, version) until a worker's ready/busy flips
+        self._node_map: tuple[int, Mapping[str, NodeState]] | None = None
+        self._cq_map: tuple[tuple[object, ...], Mapping[str, ClusterQueueState]] | None = None
+        self._ray_workers: dict[str, tuple[tuple[int, int], float, tuple[RayWorker, ...]]] = {}
         self._flavors = frozen_map({
             f: FlavorState(f, frozen_map({FLAVOR_LABEL: f}), tuple(n.name for n in nodes))
             for f, nodes in cluster.flavors.items()
@@ -132,8 +137,26 @@ class SnapshotBuilder:
     def forget(self, w: SimWorkload) -> None:
         self._workloads.pop(f"{w.namespace}/{w.name}", None)
 
+    def _worker_tuple(self, rc: SimRayCluster, now: float) -> tuple[RayWorker, ...]:
+        """The group's workers by name; rebuilt only when a worker came, went, changed task
+        (``rc.epoch``) or its ready/busy state flipped with time (``now`` reached ``valid_until``)."""
+        key = (rc.epoch, rc.version)
+        cached = self._ray_workers.get(rc.name)
+        if cached is not None and cached[0] == key and now < cached[1]:
+            return cached[2]
+        ordered = sorted(rc.workers.values(), key=lambda x: x.name)
+        workers = tuple(self._worker(rc, w, now) for w in ordered)
+        valid_until = float("inf")
+        for w in ordered:
+            if w.ready_at > now and w.ready_at < valid_until:
+                valid_until = w.ready_at
+            if w.task is not None and w.busy_until > now and w.busy_until < valid_until:
+                valid_until = w.busy_until
+        self._ray_workers[rc.name] = (key, valid_until, workers)
+        return workers
+
     def ray_state(self, rc: SimRayCluster, now: float) -> RayClusterState:
-        workers = tuple(self._worker(rc, w, now) for w in sorted(rc.workers.values(), key=lambda x: x.name))
+        workers = self._worker_tuple(rc, now)
         group = WorkerGroupState(
             name=rc.group, replicas=rc.replicas, min_replicas=rc.min_replicas, max_replicas=rc.max_replicas,
             gpus_per_worker=1, cpu_per_worker=8.0, memory_per_worker=64 * 2**30,
@@ -175,6 +198,20 @@ class SnapshotBuilder:
     def local_queues(self) -> Mapping[str, LocalQueueState]:
         return self._local_queues
 
+    def cluster_queue_map(self) -> Mapping[str, ClusterQueueState]:
+        """``cluster_queues()`` as a read-only map, rebuilt only when some queue's usage changed."""
+        key = tuple((q.name, tuple(q.usage.items()), tuple(q.nominal.items()), tuple(q.borrowing_limit.items()))
+                    for q in self.kueue.cqs.values())
+        if self._cq_map is None or self._cq_map[0] != key:
+            self._cq_map = (key, frozen_map(self.cluster_queues()))
+        return self._cq_map[1]
+
+    def node_map(self) -> Mapping[str, NodeState]:
+        """Every node's ``NodeState``, rebuilt only when some node changed (``SimCluster.version``)."""
+        if self._node_map is None or self._node_map[0] != self.cluster.version:
+            self._node_map = (self.cluster.version, frozen_map({n.name: self.node_state(n) for n in self.cluster.nodes}))
+        return self._node_map[1]
+
     def cluster_queues(self) -> dict[str, ClusterQueueState]:
         return {
             q.name: ClusterQueueState(
@@ -187,8 +224,6 @@ class SnapshotBuilder:
 
     def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster],
               checks_active: Mapping[str, bool]) -> ClusterSnapshot:
-        nodes = {n.name: self.node_state(n) for n in self.cluster.nodes}
-        cqs = self.cluster_queues()
         wls = {}
         for w in workloads:
             s = self.workload_state(w)
@@ -199,7 +234,7 @@ class SnapshotBuilder:
             rcs[s.key] = s
         signals = {"gpu": SignalStatus("gpu", now, SIGNAL_STALE_AFTER_S)}
         return ClusterSnapshot(
-            taken_at=now, nodes=frozen_map(nodes), flavors=self._flavors, cluster_queues=frozen_map(cqs),
+            taken_at=now, nodes=self.node_map(), flavors=self._flavors, cluster_queues=self.cluster_queue_map(),
             local_queues=self._local_queues, workloads=frozen_map(wls),
             admission_checks=self.admission_checks(checks_active),
             ray_clusters=frozen_map(rcs), signals=frozen_map(signals),
