@@ -203,6 +203,7 @@ class Engine:
         self.run_start: dict[str, float] = {}  # workload name -> when its pods were bound
         self._started: set[int] = set()
         self._pass_at: float | None = None
+        self._pass_queued: set[float] = set()  # times with a "pass" event on the heap
         self._operator_batched = False
         self._utils: dict[str, tuple[int, float, tuple[float, ...], int]] = {}  # team -> _worker_utils cache
         self.last_decisions: deque[str] = deque(maxlen=50)  # baseline scale changes (queuepilot's: published)
@@ -239,7 +240,9 @@ class Engine:
         if self._pass_at is not None and self._pass_at <= t:
             return
         self._pass_at = t
-        self.push(t, "pass")
+        if t not in self._pass_queued:  # a second event at the same time would only repeat the pass
+            self._pass_queued.add(t)
+            self.push(t, "pass")
 
     def static_replicas(self, team: str) -> int:
         """The mean number of GPUs the team's Ray tasks hold (work + idle tail) over the window."""
@@ -494,6 +497,7 @@ class Engine:
     # ---------------------------------------------------------------------------- Kueue pass
     async def _on_pass(self) -> None:
         self._pass_at = None
+        self._pass_queued.discard(self.now)
         now = self.now
         if not self.policy.with_check or all(self.checks_active.values()):
             for w in self.kueue.schedule(now, (self.cfg.flavor,)):
@@ -503,7 +507,7 @@ class Engine:
                 else:
                     self._admit(w)
         if self.admission is not None and self.drive_reconcilers \
-                and any(w.state == RESERVED for w in self.workloads.values()):
+                and self.kueue.any_reserved():
             await self.admission.reconcile(self.snapshot(now), now)
         if self.unplaced:
             still = []
@@ -603,7 +607,7 @@ class Engine:
         for rc in self.rays.values():
             self._reconcile_workers(rc)
             self._assign(rc)
-        if self.unplaced or any(w.state == RESERVED for w in self.workloads.values()):
+        if self.unplaced or self.kueue.any_reserved():
             self.request_pass()
         if self.cfg.check_invariants:
             self.check_invariants()

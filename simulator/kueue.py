@@ -81,6 +81,15 @@ class SimKueue:
         self.cqs = {q.name: q for q in queues}
         self.pending: list[SimWorkload] = []
         self._sorted = True
+        self._reserved: dict[str, SimWorkload] = {}  # every workload a pass reserved, until seen otherwise
+
+    def any_reserved(self) -> bool:
+        """Whether some workload holds quota with its check Pending (state ``RESERVED``)."""
+        for name, w in list(self._reserved.items()):
+            if w.state == RESERVED:
+                return True
+            del self._reserved[name]
+        return False
 
     # ------------------------------------------------------------------------------ quota
     def cohort_nominal(self, cohort: str, flavor: str) -> float:
@@ -145,10 +154,11 @@ class SimKueue:
         if not self._sorted:
             self.pending.sort(key=lambda w: (w.queue_ts, w.job.id))
             self._sorted = True
-        free = {
-            (q.cohort, f): self.cohort_nominal(q.cohort, f) - self.cohort_usage(q.cohort, f)
-            for q in self.cqs.values() for f in flavor_order
-        }
+        free: dict[tuple[str, str], float] = {}
+        for q in self.cqs.values():
+            for f in flavor_order:
+                if (q.cohort, f) not in free:
+                    free[(q.cohort, f)] = self.cohort_nominal(q.cohort, f) - self.cohort_usage(q.cohort, f)
         if max(free.values(), default=0.0) < 1:
             return []
         reserved: list[SimWorkload] = []
@@ -175,6 +185,7 @@ class SimKueue:
             w.reserved_at = now
             w.version += 1
             reserved.append(w)
+            self._reserved[w.name] = w
         self.pending = keep
         return reserved
 

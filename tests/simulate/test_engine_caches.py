@@ -1,0 +1,83 @@
+"""The engine's caches (snapshot maps, worker views, utilizations, reserved index, pass events) change
+nothing: at every step of a run they give what a fresh, uncached computation gives."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from simulator.engine import Engine, SimConfig
+from simulator.kueue import RESERVED
+from simulator.metrics import IDLE_UTIL
+from simulator.snapshot import SnapshotBuilder
+from simulator.workload import SyntheticParams, synthetic
+
+TEAMS = ("team-a", "team-b", "team-c")
+
+
+def _engine(policy: str, hours: float = 8.0) -> Engine:
+    params = SyntheticParams(jobs_per_hour=20.0, teams=TEAMS, team_weights=(0.5, 0.3, 0.2))
+    jobs = synthetic(hours, 5, 48, params).jobs
+    cfg = SimConfig(nodes=5, teams=TEAMS, gpu_failure_rate=0.5, repair_mean_s=3600.0, seed=4)
+    return Engine(jobs, hours * 3600.0, policy, cfg)
+
+
+def _fresh_usage(e: Engine) -> tuple[int, float, int]:
+    """``usage_now`` without caches: every worker and RayJob looked at now."""
+    allocated = sum(len(v) for v in e.cluster.pod_gpus.values())
+    used, idle = 0.0, 0
+    for rc in e.rays.values():
+        for wk in rc.workers.values():
+            u = wk.util(e.now)
+            used += u
+            idle += u < IDLE_UTIL
+    for name, start in e.run_start.items():
+        w = e.workloads.get(name)
+        if w is None:
+            continue
+        t = e.now - start - e.cfg.rayjob_startup_s
+        u = w.job.util_at(t) if t >= 0 else 0.0
+        used += u * w.gpus
+        if u < IDLE_UTIL:
+            idle += w.gpus
+    return allocated, used, idle
+
+
+@pytest.mark.parametrize("policy", ["queuepilot-reclaim", "hpa", "kueue-quota"])
+def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str) -> None:
+    e = _engine(policy)
+
+    async def go() -> int:
+        e.start()
+        checked = 0
+        t = 0.0
+        while t < e.window_s:
+            t += 47.0  # off the control interval: caches are read between ticks too
+            await e.advance(t)
+            fresh = SnapshotBuilder(e.cluster, e.kueue, e.policy.with_check)
+            snap = e.snapshot(e.now)
+            want = fresh.build(e.now, e.workloads.values(), e.rays.values(), e.checks_active)
+            # the AdmissionCheck's resourceVersion counts the builder's own history, not a cache
+            assert snap == replace(want, admission_checks=snap.admission_checks)
+            assert e.usage_now() == _fresh_usage(e)
+            assert e.kueue.any_reserved() == any(w.state == RESERVED for w in e.workloads.values())
+            checked += 1
+        return checked
+
+    assert asyncio.run(go()) > 500
+    assert e.metrics.jobs_completed > 0
+
+
+def test_one_pass_event_per_time() -> None:
+    """Requesting a pass for a time that already has one queued adds no second event."""
+    e = _engine("queuepilot", 1.0)
+    e.now = 10.0
+    e.request_pass(20.0)
+    e.request_pass(15.0)  # earlier: queued as well
+    e._pass_at = None  # as after the pass at 15 s ran...
+    e._pass_queued.discard(15.0)
+    e.request_pass(20.0)  # ...and it asks again for the one at 20 s, which is still queued
+    passes = sorted(ev.t for ev in e.heap if ev.kind == "pass")
+    assert passes == [15.0, 20.0]
