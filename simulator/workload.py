@@ -3,14 +3,18 @@
 Every job becomes one of two things (docs/simulation.md, "Workload model"):
 
 - a **Ray task** on its team's long-lived RayCluster when it asks for 1 GPU (93 % of Philly jobs):
-  it runs for the trace's duration at a busy utilization level, then its actor lingers, holding the
-  worker's GPU at 0 % for an *idle tail* (notebooks, idle actors: the "allocated is not used" case);
+  it works for ``duration`` seconds, then its actor may linger, holding the worker's GPU at 0 % for
+  an *idle tail* (``idle_tail``: notebooks, idle actors: the "allocated is not used" case);
 - a **RayJob** (an ephemeral RayCluster, one Kueue Workload) when it asks for 2 or more GPUs: pods of
-  at most 8 GPUs each; its GPUs are idle in about a third of 5-minute segments.
+  at most 8 GPUs each, running for ``duration`` seconds.
 
-Statistics (docs/simulation.md, "Workload model", gives the sources): GPU-count mix and per-size log-normal durations from
-Philly (3.1, 3.2), diurnal/weekly batched Poisson arrivals (3.4), utilization mixture with about a
-third of samples at 0 % and a Philly-like median (3.5; non-zero part Beta(1.0, 0.45)).
+What the GPUs do over a job's run is the utilization model's (``simulator/utilization.py``,
+``util_model=``, default ``grounded``; docs/simulation.md, "Utilization").  Under ``grounded`` and
+``serving`` a task's idle tail is the stalled end of its trace duration (``duration + idle_tail`` is
+the trace's duration); under ``scattered`` (the original model) it is added after it.
+
+Statistics (docs/simulation.md, "Workload model", gives the sources): GPU-count mix and per-size
+log-normal durations from Philly (3.1, 3.2), diurnal/weekly batched Poisson arrivals (3.4).
 """
 
 from __future__ import annotations
@@ -22,6 +26,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+
+from simulator.utilization import (
+    DEFAULT_MODEL,
+    SCATTERED,
+    SEGMENT_S,
+    Profile,
+    ScatteredProfile,
+    UtilModel,
+    draw_tail,
+    draw_util,
+    get_model,
+    scattered_idle,
+)
 
 TASK = "task"
 RAYJOB = "rayjob"
@@ -37,10 +54,6 @@ VC_TEAMS: dict[str, str] = {
 OTHER_TEAM = "team-e"
 TEAMS: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
 
-SEGMENT_S = 300.0  # utilization profile segment of a RayJob
-RAYJOB_IDLE_SHARE = 1 / 3  # share of a RayJob's segments at 0 % (Philly: about a third of utilization samples at 0 %)
-TAIL_MEAN_FACTOR = 0.5  # idle tail mean = factor x busy duration (tail/(busy+tail) ~ 1/3)
-TAIL_MAX_S = 4 * 3600.0
 MAX_GPUS_PER_POD = 8
 
 
@@ -50,15 +63,21 @@ def team_of(vc: str) -> str:
 
 @dataclass(slots=True)
 class Job:
-    """One trace job. ``submit`` is seconds since the window start; ``duration`` is busy run time."""
+    """One trace job. ``submit`` is seconds since the window start; ``duration`` is busy run time
+    (a RayJob: its whole run; a Ray task: its work, before any idle tail).
+
+    ``util_at(t)`` / ``phase_at(t)``: ``t`` seconds into the job's run (0 = the task bound to its
+    worker, or the RayJob's entrypoint started).  A job built without a profile (tests, old callers)
+    follows the ``scattered`` model with its ``util``."""
 
     id: int
     team: str
     submit: float
     duration: float
     gpus: int
-    util: float  # busy utilization level 0-1
+    util: float  # mean utilization 0-1 over the work (scattered: the busy level); Ray tasks run at it
     idle_tail: float = 0.0  # Ray task: seconds its actor holds the GPU idle after the work
+    profile: Profile | None = None  # the utilization model's per-job profile
 
     @property
     def kind(self) -> str:
@@ -72,21 +91,34 @@ class Job:
     def gpus_per_pod(self) -> int:
         return max(1, math.ceil(self.gpus / self.pods))
 
+    @property
+    def allocation(self) -> float:
+        """Seconds the job holds its GPUs once running: work plus a task's idle tail."""
+        return self.duration + self.idle_tail
+
+    @property
+    def stall_start(self) -> float | None:
+        """Seconds into the run at which the job stalls (0 % until ``allocation``), None if never.
+        Ending the job there loses no work (a stall-reclaim policy may)."""
+        if self.profile is not None:
+            return self.profile.stall_start
+        return self.duration if self.idle_tail > 0 else None
+
     def util_at(self, t_running: float) -> float:
-        """RayJob GPU utilization ``t_running`` seconds into its run (deterministic, seeded by id)."""
-        seg = int(t_running // SEGMENT_S)
-        h = ((self.id * 2654435761) ^ (seg * 40503 + 0x9E3779B9)) & 0xFFFFFFFF
-        h = (h * 2246822519) & 0xFFFFFFFF
-        return 0.0 if (h / 4294967296.0) < RAYJOB_IDLE_SHARE else self.util
+        """GPU utilization (0-1) ``t_running`` seconds into the job's run (pure, deterministic)."""
+        if self.profile is not None:
+            return self.profile.util_at(t_running)
+        if self.idle_tail > 0 and t_running >= self.duration:
+            return 0.0
+        return 0.0 if scattered_idle(self.id, int(t_running // SEGMENT_S)) else self.util
 
-
-def draw_util(rng: random.Random) -> float:
-    """Busy utilization level: Beta(1.0, 0.45) -- with the idle share gives Philly's median ~0.5."""
-    return min(1.0, max(0.05, rng.betavariate(1.0, 0.45)))
-
-
-def draw_tail(rng: random.Random, duration: float) -> float:
-    return min(TAIL_MAX_S, rng.expovariate(1.0 / max(1.0, TAIL_MEAN_FACTOR * duration)))
+    def phase_at(self, t_running: float) -> str:
+        """``starting`` / ``active`` / ``in_job_idle`` / ``stalled`` at ``t_running`` (see util_at)."""
+        if self.profile is not None:
+            return self.profile.phase_at(t_running)
+        if self.idle_tail > 0 and t_running >= self.duration:
+            return "stalled"
+        return "in_job_idle" if scattered_idle(self.id, int(t_running // SEGMENT_S)) else "active"
 
 
 # --------------------------------------------------------------------------------------- Philly
@@ -103,8 +135,17 @@ def parse_start(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def load_philly(path: Path, start: datetime, hours: float, seed: int, max_gpus: int) -> TraceWindow:
-    """Jobs of ``philly.csv`` submitted in [start, start + hours), sorted by submit time."""
+def _util_rng(seed: int, model: UtilModel) -> random.Random | None:
+    """The utilization draws' own stream (None: share the generator's, as ``scattered`` always did).
+    Keeping them apart makes the jobs themselves the same under ``grounded`` and ``serving``."""
+    return None if model is SCATTERED else random.Random(f"queuepilot-util/{model.name}/{seed}")
+
+
+def load_philly(path: Path, start: datetime, hours: float, seed: int, max_gpus: int,
+                util_model: str | UtilModel = DEFAULT_MODEL) -> TraceWindow:
+    """Jobs of ``philly.csv`` submitted in [start, start + hours), sorted by submit time; their
+    utilization drawn by ``util_model`` (a name in ``simulator.utilization.MODELS`` or a model)."""
+    model = get_model(util_model)
     end = start + timedelta(hours=hours)
     rows: list[tuple[datetime, float, int, str]] = []
     first: datetime | None = None
@@ -127,16 +168,18 @@ def load_philly(path: Path, start: datetime, hours: float, seed: int, max_gpus: 
                 rows.append((ts, dur, gpus, r["cluster"]))
     rows.sort(key=lambda x: (x[0], x[3], x[1], x[2]))
     rng = random.Random(seed)
+    urng = _util_rng(seed, model) or rng
     jobs: list[Job] = []
     dropped = 0
     for ts, dur, gpus, vc in rows:
-        util = draw_util(rng)
-        tail = draw_tail(rng, dur)
+        u = model.draw(urng, len(jobs), dur, gpus)
+        if model is SCATTERED and gpus != 1:
+            draw_tail(rng, dur)  # the original loader drew (and dropped) a tail for every row: same stream
         if gpus > max_gpus:
             dropped += 1
             continue
-        jobs.append(Job(len(jobs), team_of(vc), (ts - start).total_seconds(), dur, gpus, util,
-                        tail if gpus == 1 else 0.0))
+        jobs.append(Job(len(jobs), team_of(vc), (ts - start).total_seconds(), u.work_s, gpus, u.util,
+                        u.idle_tail, u.profile))
     return TraceWindow(tuple(jobs), start, hours, dropped, (first, last))
 
 
@@ -166,10 +209,15 @@ class SyntheticParams:
     gpu_mix: tuple[tuple[int, float], ...] = GPU_MIX  # (GPUs per job, weight)
 
 
-def synthetic(hours: float, seed: int, max_gpus: int, params: SyntheticParams | None = None) -> TraceWindow:
-    """A non-homogeneous Poisson process over batches (thinning), each batch one team and size."""
+def synthetic(hours: float, seed: int, max_gpus: int, params: SyntheticParams | None = None,
+              util_model: str | UtilModel = DEFAULT_MODEL) -> TraceWindow:
+    """A non-homogeneous Poisson process over batches (thinning), each batch one team and size;
+    utilization drawn by ``util_model``.  Under ``scattered`` its draws share the arrival stream (the
+    original generator), so its jobs differ from the other models' (which share theirs)."""
     p = params or SyntheticParams()
+    model = get_model(util_model)
     rng = random.Random(seed)
+    urng = _util_rng(seed, model)
     mean_mult = sum(HOURLY) / 24 * (5 + 2 * WEEKEND_FACTOR) / 7
     peak_batch_rate = p.jobs_per_hour / BATCH_MEAN / mean_mult * max(HOURLY) / 3600.0
     sizes = [s for s, _ in p.gpu_mix if s <= max_gpus]
@@ -194,9 +242,14 @@ def synthetic(hours: float, seed: int, max_gpus: int, params: SyntheticParams | 
         for k in range(n):
             med, sigma = DURATION_LOGNORMAL[gpus]
             dur = min(MAX_DURATION_S, max(1.0, rng.lognormvariate(math.log(med), sigma)))
-            util = draw_util(rng)
-            tail = draw_tail(rng, dur) if gpus == 1 else 0.0
-            jobs.append(Job(len(jobs), team, t + 2.0 * k, round(dur, 1), gpus, util, tail))
+            if urng is None:  # scattered: the original draws, in the original order
+                util = draw_util(rng)
+                tail = draw_tail(rng, dur) if gpus == 1 else 0.0
+                jobs.append(Job(len(jobs), team, t + 2.0 * k, round(dur, 1), gpus, util, tail,
+                                ScatteredProfile(len(jobs), util, round(dur, 1), tail)))
+                continue
+            u = model.draw(urng, len(jobs), round(dur, 1), gpus)
+            jobs.append(Job(len(jobs), team, t + 2.0 * k, u.work_s, gpus, u.util, u.idle_tail, u.profile))
     return TraceWindow(tuple(jobs), datetime(2024, 1, 1), hours, 0)
 
 
