@@ -230,7 +230,7 @@ GROUNDED = PhasedParams(
     start_median_s=120.0, start_sigma=0.8, start_max_frac=0.25,
     stall_p=0.37, stall_frac=(0.1, 0.9),
     idle_p_mean=0.16, idle_p_conc=4.0,
-    level_kind="beta", level_a=1.0, level_b=0.40, spread=16.0,
+    level_kind="beta", level_a=1.0, level_b=0.45, spread=16.0,
 )
 SERVING = PhasedParams(
     start_median_s=120.0, start_sigma=0.8, start_max_frac=0.25,
