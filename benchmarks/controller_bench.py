@@ -9,15 +9,12 @@ no leader election), so its RSS is its own: by default twice in turn against the
 server, once as the controller core alone (no deciders) and once with the admission and scaling
 reconcilers, so both columns come from one run.  Results are reported, not asserted.
 
-``--loop proposed`` runs the controller with the pass-loop changes proposed for
-``autoscaler/controller/loop.py`` applied in its process (:func:`proposed_loop`: the snapshot built by
-``SnapshotBuilder.build_async``, incrementally and in slices that yield to the event loop, and the
-caches' objects frozen out of the cyclic garbage collector once synced); ``--loop both`` measures
-both loops side by side.  While settling, ``/metrics`` is scraped every ``--scrape-every`` seconds
-as Prometheus would.
+While settling, ``/metrics`` is scraped every ``--scrape-every`` seconds as Prometheus would.
+``--stalls SECONDS`` (diagnostics) prints the controller's loop-thread stack whenever its event loop
+has not run for that long, and each slow full garbage collection.
 
     .venv/bin/python benchmarks/controller_bench.py [--workloads 50000] [--rayclusters 2000] [--nodes 2000]
-        [--mode both|core|reconcilers|passes [--profile DIR]] [--loop current|proposed|both]
+        [--mode both|core|reconcilers|passes [--profile DIR]] [--stalls 0.08]
         [--settle 20] [--resync 5] [--scrape-every 15] [--out benchmarks/results/controller.md]
 """
 
@@ -44,7 +41,7 @@ sys.path.insert(0, str(REPO))
 if TYPE_CHECKING:
     from tests.fakeapi.server import FakeApiServer
 # the tests' support code is imported where it is used: the controller subprocess imports this module
-# (--loop proposed) and must not carry the fake API server in its RSS
+# (--stalls) and must not carry the fake API server in its RSS
 
 NAMESPACES = 20
 QUEUES = 20
@@ -131,81 +128,8 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> tuple[float, str]:
     return time.perf_counter() - t, text
 
 
-# young collections every 50 000 net allocations instead of 700: the passes allocate in bursts of
-# short-lived objects, and each young collection that promotes a burst brings the next full one closer
-GC_THRESHOLDS = (50_000, 20, 10)
-
-
-def proposed_loop() -> None:
-    """In the controller subprocess: the proposed ``Controller.run_pass`` (see the module doc).
-
-    The snapshot is built by one ``SnapshotBuilder`` per controller with ``await build_async(...)``;
-    the rest of the pass is the current ``run_pass`` (handed the snapshot just built); after the
-    first synced pass, ``gc.collect(); gc.freeze()`` moves the caches' long-lived views out of the
-    cyclic collector's reach and ``gc.set_threshold(*GC_THRESHOLDS)`` makes collections rarer; ``/metrics`` is rendered in a worker thread (``asyncio.to_thread``) and
-    ``/healthz`` fails while a watch is stale (``WatchCache.healthy``).
-    """
-    import gc
-
-    from aiohttp import web
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    from autoscaler.cluster.views import EMPTY
-    from autoscaler.controller import loop
-    from autoscaler.controller.snapshot_builder import SnapshotBuilder
-    from autoscaler.signals.gpu import GpuReading
-
-    current = loop.Controller.run_pass
-
-    async def run_pass(self: Any) -> Any:
-        builder = self.__dict__.setdefault("_bench_builder", SnapshotBuilder(self._build_config))
-        now = self.clock()
-        watch_observed = {name: cache.observed_at(now) for name, cache in self.caches.items()}
-        t0 = time.perf_counter()
-        snap = await builder.build_async(
-            self.objects(), self._gpu.reading if self._gpu is not None else GpuReading(),
-            self.ray.observations if self.ray is not None else EMPTY, now, watch_observed)
-        self.counters.reconcile_seconds.labels(loop="snapshot-sliced").observe(time.perf_counter() - t0)
-        built = loop.build_snapshot
-        loop.build_snapshot = lambda *a, **k: snap  # the current pass, with the snapshot just built
-        try:
-            out = await current(self)
-        finally:
-            loop.build_snapshot = built
-        if self.synced and not self.__dict__.get("_bench_frozen"):
-            self._bench_frozen = True
-            gc.collect()
-            gc.freeze()
-            gc.set_threshold(*GC_THRESHOLDS)
-        return out
-
-    def app(self: Any) -> web.Application:
-        application = web.Application()
-
-        async def metrics(_: web.Request) -> web.Response:
-            body = await asyncio.to_thread(generate_latest, self.registry)
-            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-        async def healthz(_: web.Request) -> web.Response:
-            now = self.clock()
-            stale = sorted(f"{n} ({c.stale_for(now):.0f} s)" for n, c in self.caches.items() if not c.healthy(now))
-            if stale:
-                return web.Response(status=503, text="watches not current: " + ", ".join(stale) + "\n")
-            return web.Response(text="ok\n")
-
-        async def readyz(_: web.Request) -> web.Response:
-            missing = [n for n, c in self.caches.items() if not c.synced]
-            if missing:
-                return web.Response(status=503, text="caches not synced: " + ", ".join(missing) + "\n")
-            return web.Response(text="ok\n")
-
-        application.router.add_get("/metrics", metrics)
-        application.router.add_get("/healthz", healthz)
-        application.router.add_get("/readyz", readyz)
-        return application
-
-    loop.Controller.run_pass = run_pass
-    loop.Controller.app = app
+def watch_stalls_from_env() -> None:
+    """In the controller subprocess (``--stalls``): start the stall watchdog."""
     if os.environ.get("QP_BENCH_STALLS"):
         _watch_stalls(float(os.environ["QP_BENCH_STALLS"]))
 
@@ -261,7 +185,7 @@ def _watch_stalls(limit: float) -> None:
 
 
 async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, with_reconcilers: bool,
-                  tag: str, proposed: bool = False) -> dict[str, str]:
+                  tag: str) -> dict[str, str]:
     """Start one controller subprocess against ``api``, measure it, stop it; the rows of one column."""
     from tests.controller import objects as o
     from tests.support.ports import free_port
@@ -270,8 +194,8 @@ async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, 
     setup = []
     if not with_reconcilers:  # the controller core alone: no deciders (their cost is reported by their own benchmark)
         setup.append("import autoscaler.controller.reconcilers as r; r.build_reconcilers = lambda ctx: []")
-    if proposed:
-        setup.append("import benchmarks.controller_bench as b; b.proposed_loop()")
+    if args.stalls:
+        setup.append("import benchmarks.controller_bench as b; b.watch_stalls_from_env()")
     if setup:
         entry = [sys.executable, "-c", "import sys; " + "; ".join(setup) + "; "
                  "from autoscaler.controller.cli import main; sys.exit(main(sys.argv[1:]))"]
@@ -330,10 +254,7 @@ async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, 
                 dt, text = await scrape(s, f"{base}/metrics")
                 renders.append(dt)
             snap_sum, snap_n = hist(text, "queuepilot_reconcile_seconds", "snapshot")
-            sliced_sum, sliced_n = hist(text, "queuepilot_reconcile_seconds", "snapshot-sliced")
-            if sliced_n:  # the proposed loop: the build is the sliced one (the current pass only hands it on)
-                snap_sum, snap_n = sliced_sum, sliced_n
-            loops = {loop: hist(text, "queuepilot_reconcile_seconds", loop) for loop in ("admission", "scaling")}
+            loops = {loop: hist(text, "queuepilot_reconcile_seconds", loop) for loop in ("admission", "scaling", "stall")}
             # event -> metric: a workload created in an otherwise empty LocalQueue shows up in /metrics
             lq = f"lq-probe-{tag}"
             api.create(o.local_queue(lq, "team-0", "cq-0"))
@@ -360,14 +281,17 @@ async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, 
         "start -> all caches synced (/readyz 200)": f"{sync_s:.1f} s",
         "controller RSS after sync": f"{rss_sync:.0f} MiB",
         "controller RSS at the end / peak (VmHWM)": f"{rss:.0f} MiB / {hwm:.0f} MiB",
-        "snapshot build per pass (mean; wall time, with the proposed loop including its yields)":
+        "snapshot build per pass (mean; wall time, in a worker thread at this scale)":
             f"{1000 * snap_sum / max(snap_n, 1):.0f} ms over {snap_n:.0f} passes",
     }
     for k, v in loops.items():
         rows[f"reconciler `{k}` per pass (mean, dry-run)"] = (
             f"{1000 * v[0] / max(v[1], 1):.0f} ms over {v[1]:.0f} passes" if v[1] else "not run")
-    rows["/healthz latency while passes run (p50 / p99 / max)"] = (
-        f"{1000 * statistics.median(health):.0f} / {1000 * health[int(0.99 * (len(health) - 1))]:.0f} / "
+    def pct(q: float) -> float:
+        return 1000 * health[int(q * (len(health) - 1))]
+
+    rows["/healthz latency while passes run (p50 / p95 / p99 / max)"] = (
+        f"{1000 * statistics.median(health):.0f} / {pct(0.95):.0f} / {pct(0.99):.0f} / "
         f"{1000 * health[-1]:.0f} ms ({len(health)} probes over {args.settle:.0f} s; {over} at 100 ms or more)")
     rows["/metrics render (scrape latency, median of 5)"] = (f"{1000 * statistics.median(renders):.0f} ms, "
                                                              f"{len(text.encode()) / 1024:.0f} KiB")
@@ -470,16 +394,11 @@ async def main(args: argparse.Namespace) -> int:
     await web.TCPSite(runner, "127.0.0.1", prom_port).start()
 
     modes = {"core": [False], "reconcilers": [True], "both": [False, True]}[args.mode]
-    loops = {"current": [False], "proposed": [True], "both": [False, True]}[args.loop]
     columns: list[tuple[str, dict[str, str]]] = []
     try:
-        for proposed in loops:
-            for with_rec in modes:
-                name = "with the deciders (dry-run)" if with_rec else "controller core (no deciders)"
-                if args.loop == "both":
-                    name += ", proposed loop" if proposed else ", current loop"
-                tag = ("r" if with_rec else "c") + ("p" if proposed else "")
-                columns.append((name, await measure(args, api, prom_port, with_rec, tag, proposed)))
+        for with_rec in modes:
+            name = "with the deciders (dry-run)" if with_rec else "controller core (no deciders)"
+            columns.append((name, await measure(args, api, prom_port, with_rec, "r" if with_rec else "c")))
     finally:
         await runner.cleanup()
         await api.stop()
@@ -503,7 +422,7 @@ async def main(args: argparse.Namespace) -> int:
         f"{platform.python_version()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n"
         "Each column is one `queuepilot controller --dry-run --no-leader-elect` subprocess, started in turn "
         f"(resync every {args.resync:g} s, `/metrics` scraped every {args.scrape_every:g} s while the "
-        "`/healthz` probes run; \"proposed loop\": see `proposed_loop` in the script) against the same "
+        "`/healthz` probes run) against the same "
         f"tests' fake API server and a stub Prometheus API serving the {args.nodes * GPUS_PER_NODE} GPUs' four series; RayClusters "
         "have no head address yet, so no Ray dashboards are polled (every cluster's Ray signal is missing: "
         "the scaler holds each group, `RaySignalStale`). Reported, not asserted.\n\n"
@@ -527,12 +446,10 @@ if __name__ == "__main__":
                    help="controller core alone, with the deciders (dry-run), or both side by side (default); "
                         "passes: time (and --profile) the deciders in this process on the same snapshot")
     p.add_argument("--passes", type=int, default=3, help="--mode passes: passes to time")
-    p.add_argument("--loop", choices=("current", "proposed", "both"), default="current",
-                   help="the controller's pass loop as it is, with the proposed changes applied, or both")
     p.add_argument("--log-level", default="ERROR", help="the controller's --log-level (WARNING shows asyncio's "
                    "slow-callback lines under PYTHONASYNCIODEBUG=1)")
     p.add_argument("--stalls", type=float, default=0.0,
-                   help="--loop proposed diagnostics: print the loop thread's stack whenever the loop is held this long")
+                   help="diagnostics: print the controller loop thread's stack whenever its loop is held this long")
     p.add_argument("--scrape-every", type=float, default=15.0,
                    help="scrape /metrics this often while /healthz is probed (0: never)")
     p.add_argument("--profile", default="", help="--mode passes: write cProfile stats of the first pass to this folder")

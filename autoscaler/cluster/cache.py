@@ -31,7 +31,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import aiohttp
@@ -53,7 +53,7 @@ _ROUTINE = frozenset({"gone", "dropped"})
 _DATA_FAILURES = frozenset({"malformed_stream", "exception"})
 
 
-async def cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:
+async def cancel_tasks(tasks: Sequence[asyncio.Task[Any]]) -> None:
     """Cancel ``tasks`` and wait for each to end, whatever it raises (stopping a set of watch loops)."""
     for t in tasks:
         t.cancel()

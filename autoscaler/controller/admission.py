@@ -33,13 +33,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 
 from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
-from autoscaler.controller.context import ControllerContext, WritingReconciler, writer_for
-from autoscaler.core.policy.admission import AdmissionDecision, decide_admissions, rebuild_ledger
+from autoscaler.controller.context import (
+    ControllerContext,
+    WritingReconciler,
+    offload,
+    snapshot_size,
+    writer_for,
+)
+from autoscaler.core.policy.admission import (
+    AdmissionDecision,
+    AdmissionResult,
+    decide_admissions,
+    rebuild_ledger,
+)
 from autoscaler.core.policy.config import admission_config
 from autoscaler.core.policy.ledger import Ledger, release
 from autoscaler.core.snapshot import CHECK_READY, CHECK_RETRY, ClusterSnapshot
@@ -114,13 +126,10 @@ class AdmissionReconciler(WritingReconciler):
         await self._keep_active(snapshot, now)
         gap = self._last_pass is None or now - self._last_pass > self.leader_gap_seconds
         self._last_pass = now
-        if self.ledger is None or gap:
-            self.ledger = rebuild_ledger(snapshot, self.config, now)
-            if self.dry_run:  # forced Readies were never promises of the live controller
-                for key in forced_ready(snapshot, self.config.controller_name):
-                    self.ledger = self.ledger.without(key)
-        ledger = release(self.ledger, snapshot, now, self.config.reservation_timeout_seconds)
-        result = decide_admissions(snapshot, ledger, self.history, self.config, now)
+        rebuild = self.ledger is None or gap
+        # pure: in a worker thread for a large snapshot (nothing else touches this reconciler meanwhile)
+        result = await offload(snapshot_size(snapshot), self._decide, snapshot, None if rebuild else self.ledger,
+                               self.history, now)
         self.ledger, self.history = result.ledger, dict(result.history)
         outcomes = await asyncio.gather(*(self._write(d, now) for d in result.decisions))
         self.outcomes = list(zip(result.decisions, outcomes, strict=True))
@@ -129,6 +138,17 @@ class AdmissionReconciler(WritingReconciler):
                 await asyncio.sleep(0)  # a pass with many decisions must not hold the event loop
             self._account(d, outcome, now)
         self.ctx.published.reserved_gpus = self.ledger.promised_by_flavor()
+
+    def _decide(self, snapshot: ClusterSnapshot, ledger: Ledger | None, history: Mapping[str, int],
+                now: float) -> AdmissionResult:
+        """The pure part of a pass: the ledger (rebuilt when ``ledger`` is None), released, then decided."""
+        if ledger is None:
+            ledger = rebuild_ledger(snapshot, self.config, now)
+            if self.dry_run:  # forced Readies were never promises of the live controller
+                for key in forced_ready(snapshot, self.config.controller_name):
+                    ledger = ledger.without(key)
+        ledger = release(ledger, snapshot, now, self.config.reservation_timeout_seconds)
+        return decide_admissions(snapshot, ledger, history, self.config, now)
 
     async def _keep_active(self, snapshot: ClusterSnapshot, now: float) -> None:
         for name, ac in sorted(snapshot.admission_checks.items()):

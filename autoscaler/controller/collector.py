@@ -115,23 +115,31 @@ class ControllerCollector(Collector):
             yield _gauge(spec)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        # The controller may render in a worker thread while the deciders update ``published`` on the
+        # event loop: read copies (each a C-level copy, whole under the GIL), never the live containers.
+        published = Published(
+            desired_replicas=dict(self._published.desired_replicas),
+            idle_gpus=dict(self._published.idle_gpus),
+            reserved_gpus=dict(self._published.reserved_gpus),
+            recommendations=list(self._published.recommendations),
+        )
         snap = self._snapshot()
         fams = {spec.name: _gauge(spec) for spec in GAUGE_SPECS}
         fams[m.IS_LEADER.name].add_metric([], 1.0 if self._leader() else 0.0)
         for st in (self._cache_stats() if self._cache_stats else []):
             fams[m.CACHE_OBJECTS.name].add_metric([st.resource], float(st.objects))
             fams[m.CACHE_SYNCED.name].add_metric([st.resource], 1.0 if st.synced else 0.0)
-        for flavor, n in sorted(self._published.reserved_gpus.items()):
+        for flavor, n in sorted(published.reserved_gpus.items()):
             fams[m.RESERVED_GPUS.name].add_metric([flavor], float(n))
         if snap is not None:
             now = max(snap.taken_at, self._clock()) if self._clock is not None else snap.taken_at
             self._queues(snap, now, fams)
-            self._capacity(snap, fams)
-            self._ray(snap, fams)
+            self._capacity(snap, published, fams)
+            self._ray(snap, published, fams)
             self._signals(snap, now, fams)
             for labels in pod_info(snap):
                 fams[m.POD_INFO.name].add_metric([labels[k] for k in m.POD_INFO.labels], 1.0)
-        for name, samples in recommendation_series(self._published.recommendations).items():
+        for name, samples in recommendation_series(published.recommendations).items():
             for labels, value in samples:
                 fams[name].add_metric([labels[k] for k in m.BY_NAME[name].labels], value)
         yield from fams.values()
@@ -173,17 +181,16 @@ class ControllerCollector(Collector):
             fams[m.QUEUE_PENDING_GPUS.name].add_metric(list(key), gpus[key])
 
     # ---------------------------------------------------------------------------------- capacity
-    def _capacity(self, snap: ClusterSnapshot, fams: dict[str, GaugeMetricFamily]) -> None:
+    def _capacity(self, snap: ClusterSnapshot, pub: Published, fams: dict[str, GaugeMetricFamily]) -> None:
         fam = fams[m.FLAVOR_GPUS.name]
         for flavor in sorted(snap.flavors):
-            cap = snap.flavor_capacity(flavor, promised=self._published.reserved_gpus.get(flavor, 0))
+            cap = snap.flavor_capacity(flavor, promised=pub.reserved_gpus.get(flavor, 0))
             for state in m.FLAVOR_STATES:
                 fam.add_metric([flavor, state], float(getattr(cap, state)))
             fams[m.FLAVOR_LARGEST_FREE_BLOCK.name].add_metric([flavor], float(cap.largest_free_block))
 
     # --------------------------------------------------------------------------------------- Ray
-    def _ray(self, snap: ClusterSnapshot, fams: dict[str, GaugeMetricFamily]) -> None:
-        pub = self._published
+    def _ray(self, snap: ClusterSnapshot, pub: Published, fams: dict[str, GaugeMetricFamily]) -> None:
         for key in sorted(snap.ray_clusters):
             rc = snap.ray_clusters[key]
             pending = ray_pending_gpus(rc)

@@ -33,18 +33,25 @@ from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
 from autoscaler.controller.admission import remember
-from autoscaler.controller.context import ControllerContext, WritingReconciler, writer_for
+from autoscaler.controller.context import (
+    ControllerContext,
+    WritingReconciler,
+    offload,
+    snapshot_size,
+    writer_for,
+)
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import scaling_defaults
-from autoscaler.core.policy.quota import CohortTotals, cohort_totals
+from autoscaler.core.policy.quota import cohort_totals
 from autoscaler.core.policy.scaling import (
     GroupDecision,
     GroupHistory,
+    ScalingResult,
     decide_scaling,
     pending_gpu_workloads,
     ray_cluster_workloads,
 )
-from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState, WorkloadState
+from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState
 
 log = logging.getLogger(__name__)
 
@@ -69,25 +76,21 @@ class ScalingReconciler(WritingReconciler):
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         self.outcomes = []
-        seen = set()
-        shared: tuple[Sequence[tuple[float, WorkloadState]], Mapping[tuple[str, str], Sequence[WorkloadState]],
-                      CohortTotals] | None
-        shared = None
-        for i, key in enumerate(sorted(snapshot.ray_clusters)):
+        keys = [key for key in sorted(snapshot.ray_clusters) if snapshot.ray_clusters[key].opted_in]
+        previous = {key: self.history.get(key, {}) for key in keys}
+        # pure: in a worker thread for a large snapshot (nothing else touches this reconciler meanwhile)
+        decided = await offload(snapshot_size(snapshot), self._decide_all, snapshot, keys, previous, now)
+        for i, (key, result) in enumerate(decided):
             if i and i % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # let watches, /metrics and the Lease renewal run during a long pass
-            rc = snapshot.ray_clusters[key]
-            if not rc.opted_in:
-                continue
-            seen.add(key)
-            if shared is None:  # once per pass, for every cluster: who waits, and the workloads each cluster owns
-                shared = (pending_gpu_workloads(snapshot, now), ray_cluster_workloads(snapshot),
-                          cohort_totals(snapshot.cluster_queues))
             try:
-                await self._cluster(rc, snapshot, now, *shared)
+                if isinstance(result, Exception):
+                    raise result
+                await self._act(snapshot.ray_clusters[key], result, previous[key], now)
             except Exception:  # one bad cluster must not stop the others
                 log.exception("scaling %s failed", key)
                 self.ctx.counters.source_errors.labels(source="reconciler/scaling", kind="exception").inc()
+        seen = set(keys)
         for key in list(self.history):
             if key not in seen:
                 del self.history[key]
@@ -97,18 +100,31 @@ class ScalingReconciler(WritingReconciler):
             self.ctx.published.idle_gpus.pop(gk, None)
             self._last.pop(gk, None)
 
-    async def _cluster(
-        self,
-        rc: RayClusterState,
-        snapshot: ClusterSnapshot,
+    def _decide_all(
+        self, snapshot: ClusterSnapshot, keys: Sequence[str], previous: Mapping[str, Mapping[str, GroupHistory]],
         now: float,
-        waiting: Sequence[tuple[float, WorkloadState]],
-        owned: Mapping[tuple[str, str], Sequence[WorkloadState]] | None = None,
-        cohorts: CohortTotals | None = None,
-    ) -> None:
-        previous = self.history.get(rc.key, {})
-        result = decide_scaling(snapshot, rc, self.defaults, previous, now, waiting=waiting, owned=owned,
-                                cohorts=cohorts)
+    ) -> list[tuple[str, ScalingResult | Exception]]:
+        """``decide_scaling`` for each opted-in cluster ``keys`` (pure); a cluster that raised gets its exception."""
+        if not keys:
+            return []
+        # once per pass, for every cluster: who waits, and the workloads each cluster owns
+        waiting = pending_gpu_workloads(snapshot, now)
+        owned = ray_cluster_workloads(snapshot)
+        cohorts = cohort_totals(snapshot.cluster_queues)
+        out: list[tuple[str, ScalingResult | Exception]] = []
+        for key in keys:
+            try:
+                result: ScalingResult | Exception = decide_scaling(
+                    snapshot, snapshot.ray_clusters[key], self.defaults, previous[key], now,
+                    waiting=waiting, owned=owned, cohorts=cohorts)
+            except Exception as e:  # reported (logged, counted) on the loop with the other failures
+                result = e
+            out.append((key, result))
+        return out
+
+    async def _act(self, rc: RayClusterState, result: ScalingResult, previous: Mapping[str, GroupHistory],
+                   now: float) -> None:
+        """One cluster's decisions: Events for malformed annotations, published values, the writes."""
         history = dict(result.history)
         ref = ObjectRef("ray.io/v1", "RayCluster", rc.namespace, rc.name, rc.uid)
         if result.warnings != self._warned.get(rc.key, ()):

@@ -19,18 +19,16 @@ At scale (100 000 Workloads) a from-scratch build takes about a second of CPU, m
 completed copies of the views.  :class:`SnapshotBuilder` gives the same snapshot incrementally: it
 keeps the completed view it made last time for each object and reuses it while the inputs it was
 made from are the same objects (the caches replace a view when its object changes, so identity is
-change), and its :meth:`SnapshotBuilder.build_async` yields to the event loop every ``slice_size``
-objects, so health probes and watches are served while a pass is built.  The inputs are copied
-(C-speed dict copies, before the first yield) so that the snapshot is of one instant even though
-watch events keep changing the caches while it is built.
+change).  The build copies its input mappings first, so the snapshot is of one instant; the
+controller hands it :meth:`ClusterObjects.copied` (taken on the event loop, C-speed dict copies)
+and runs a large build in a worker thread while the loop goes on applying watch events.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import defaultdict
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -69,6 +67,10 @@ class ClusterObjects:
     ray_clusters: Mapping[str, RayClusterView] = field(default_factory=dict)
     nodes: Mapping[str, NodeState] = field(default_factory=dict)
     pods: Mapping[str, PodView] = field(default_factory=dict)
+
+    def copied(self) -> ClusterObjects:
+        """The same objects in private dicts: what the caches hold now, unchanged by later watch events."""
+        return ClusterObjects(**{f: dict(getattr(self, f)) for f in self.__dataclass_fields__})
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,19 +165,15 @@ def build_snapshot(
     return SnapshotBuilder(config).build(objects, gpu, ray, now, watch_observed)
 
 
-_Steps = Generator[None, None, ClusterSnapshot]
-
-
 class SnapshotBuilder:
     """Builds the same snapshot as :func:`build_snapshot`, reusing last build's completed views.
 
-    One per controller (the memo is its only state); ``build`` runs at once, ``build_async`` yields
-    to the event loop every ``slice_size`` objects.
+    One per controller (the memo is its only state); one build at a time (the controller's passes
+    run one after another), in whatever thread.
     """
 
-    def __init__(self, config: BuildConfig = BuildConfig(), slice_size: int = 1000) -> None:
+    def __init__(self, config: BuildConfig = BuildConfig()) -> None:
         self.config = config
-        self.slice_size = max(1, slice_size)
         self._workloads: dict[str, tuple[WorkloadState, str | None, WorkloadState]] = {}
         self._nodes: dict[str, tuple[NodeState, tuple[GpuState, ...], tuple[int, float, float], NodeState]] = {}
         self._flavors: tuple[Mapping[str, FlavorState], dict[str, FlavorState]] | None = None
@@ -183,6 +181,7 @@ class SnapshotBuilder:
         self._gpu: tuple[GpuReading, dict[str, list[GpuState]], dict[tuple[str, str], float]] | None = None
         self.reused = 0  # completed views taken from the memo in the last build (tests, benchmarks)
 
+    # ------------------------------------------------------------------------------------ the build
     def build(
         self,
         objects: ClusterObjects,
@@ -191,40 +190,8 @@ class SnapshotBuilder:
         now: float,
         watch_observed: Mapping[str, float | None] = _EMPTY,
     ) -> ClusterSnapshot:
-        steps = self._steps(objects, gpu, ray, now, watch_observed)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value
-
-    async def build_async(
-        self,
-        objects: ClusterObjects,
-        gpu: GpuReading,
-        ray: Mapping[str, RayObservation],
-        now: float,
-        watch_observed: Mapping[str, float | None] = _EMPTY,
-    ) -> ClusterSnapshot:
-        steps = self._steps(objects, gpu, ray, now, watch_observed)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value
-            await asyncio.sleep(0)
-
-    # ------------------------------------------------------------------------------------ the build
-    def _steps(
-        self,
-        objects: ClusterObjects,
-        gpu: GpuReading,
-        ray: Mapping[str, RayObservation],
-        now: float,
-        watch_observed: Mapping[str, float | None],
-    ) -> _Steps:
         config = self.config
-        # one instant: copy every input before the first yield (the caches change while we yield)
+        # private copies: the workloads are completed in place, and the memo must not see later changes
         workloads_in = dict(objects.workloads)
         pods_in = dict(objects.pods)
         nodes_in = dict(objects.nodes)
@@ -235,25 +202,22 @@ class SnapshotBuilder:
         admission_checks = dict(objects.admission_checks)
         ray_obs = dict(ray)
         watch = dict(watch_observed)
-        step = self.slice_size
         reused = 0
 
-        if self._gpu is None or self._gpu[0] is not gpu:  # a new GPU reading: index it (sliced)
+        if self._gpu is None or self._gpu[0] is not gpu:  # a new GPU reading: index it
             by_node: dict[str, list[GpuState]] = defaultdict(list)
             util_acc: dict[tuple[str, str], list[float]] = defaultdict(list)
-            for i, g in enumerate(gpu.gpus, 1):
-                by_node[g.node].append(g)
-                if g.pod is not None and g.utilization is not None:
-                    util_acc[(g.pod.namespace, g.pod.name)].append(g.utilization)
-                if i % step == 0:
-                    yield
+            for gs in gpu.gpus:
+                by_node[gs.node].append(gs)
+                if gs.pod is not None and gs.utilization is not None:
+                    util_acc[(gs.pod.namespace, gs.pod.name)].append(gs.utilization)
             self._gpu = (gpu, dict(by_node), {k: sum(v) / len(v) for k, v in util_acc.items()})
         _, gpus_by_node, util_by_pod = self._gpu
 
         # pods -> per-node requests and Ray workers
         req: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
         workers: dict[tuple[str, str], dict[str, list[PodView]]] = defaultdict(lambda: defaultdict(list))
-        for i, p in enumerate(pods_in.values(), 1):
+        for p in pods_in.values():
             if p.terminal:
                 continue
             if p.node:
@@ -263,13 +227,11 @@ class SnapshotBuilder:
                 r[2] += p.memory_requests
             if p.ray_cluster and p.ray_node_type == "worker" and p.ray_group:
                 workers[(p.namespace, p.ray_cluster)][p.ray_group].append(p)
-            if i % step == 0:
-                yield
 
         nodes: dict[str, NodeState] = {}
         node_memo: dict[str, tuple[NodeState, tuple[GpuState, ...], tuple[int, float, float], NodeState]] = {}
         nodes_changed = len(nodes_in) != len(self._nodes)
-        for i, (name, n) in enumerate(nodes_in.items(), 1):
+        for name, n in nodes_in.items():
             gpus = tuple(gpus_by_node.get(name, ()))
             g, c, m = req.get(name, (0, 0.0, 0.0))
             need = (int(g), c, m)
@@ -286,8 +248,6 @@ class SnapshotBuilder:
                 )
             nodes[name] = out
             node_memo[name] = (n, gpus, need, out)
-            if i % step == 0:
-                yield
         self._nodes = node_memo
 
         if (not nodes_changed and self._flavors is not None and self._flavors[0].keys() == flavors_in.keys()
@@ -296,31 +256,28 @@ class SnapshotBuilder:
             reused += len(flavors)
         else:
             flavors = _flavors(flavors_in, nodes)
-            yield
         self._flavors = (flavors_in, flavors)
 
         workloads: dict[str, WorkloadState] = workloads_in  # already a private copy: completed in place
         wl_memo: dict[str, tuple[WorkloadState, str | None, WorkloadState]] = {}
         old_wl = self._workloads
-        for i, (key, w) in enumerate(workloads_in.items(), 1):
+        for key, w in workloads_in.items():
             if w.cluster_queue is None:
                 cq = _resolve_cq(local_queues, w.namespace, w.local_queue)
                 if cq is not None:
                     memo = old_wl.get(key)
                     if memo is not None and memo[0] is w and memo[1] == cq:
-                        out = memo[2]
+                        wl_out = memo[2]
                         reused += 1
                     else:
-                        out = dataclasses.replace(w, cluster_queue=cq)
-                    workloads[key] = out
-                    wl_memo[key] = (w, cq, out)
-            if i % step == 0:
-                yield
+                        wl_out = dataclasses.replace(w, cluster_queue=cq)
+                    workloads[key] = wl_out
+                    wl_memo[key] = (w, cq, wl_out)
         self._workloads = wl_memo
 
         ray_clusters: dict[str, RayClusterState] = {}
         ray_memo: dict[str, tuple[tuple[Any, ...], RayClusterState]] = {}
-        for i, (key, v) in enumerate(rcs_in.items(), 1):
+        for key, v in rcs_in.items():
             by_group = workers.get((v.state.namespace, v.state.name), {})
             obs = ray_obs.get(key)
             cq = _resolve_cq(local_queues, v.state.namespace, v.state.labels.get(QUEUE_NAME_LABEL))
@@ -337,8 +294,6 @@ class SnapshotBuilder:
                 out_rc = _ray_cluster(v, by_group, util_by_pod, obs, local_queues, config.ray_stale_seconds)
             ray_clusters[key] = out_rc
             ray_memo[key] = (signature, out_rc)
-            if i % step == 0:
-                yield
         self._rays = ray_memo
 
         signals: dict[str, SignalStatus] = {"gpu": SignalStatus("gpu", gpu.observed_at, config.gpu_stale_seconds)}

@@ -29,7 +29,7 @@ from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import Writer
 from autoscaler.controller.admission import remember
-from autoscaler.controller.context import ControllerContext, writer_for
+from autoscaler.controller.context import ControllerContext, offload, snapshot_size, writer_for
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.stall import (
     StallConfig,
@@ -61,7 +61,8 @@ class StallReconciler:
         self._queues: set[str] = set()
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
-        result = decide_stalls(snapshot, self.config, self.history, now)
+        # pure: in a worker thread for a large snapshot (nothing else touches this reconciler meanwhile)
+        result = await offload(snapshot_size(snapshot), decide_stalls, snapshot, self.config, self.history, now)
         self.result = result
         self.outcomes = []
         if result.held != self._held:

@@ -192,32 +192,15 @@ def test_incremental_builds_equal_fresh_builds_and_reuse_what_did_not_change():
     assert "team-a/wl-a1" not in seen["workload_deleted"].workloads
 
 
-async def test_build_async_yields_between_slices_and_is_one_instant():
-    """The event loop runs between slices; changes made to the caches meanwhile are not in this snapshot."""
-    import asyncio
-
+def test_copied_objects_are_of_one_instant():
+    """What the controller hands a build in a worker thread: later changes to the caches are not in it."""
     from tests.controller import objects as o
 
     now = scenario.NOW
     objs = _mutable(scenario.cluster_objects(scenario.raw_objects(now)))
-    for i in range(50):
-        objs.workloads[f"team-a/extra-{i}"] = views.workload_view(
-            o.workload(f"extra-{i}", "team-a", "lq-a", created=now - i, pod_sets=[("main", 1, 1)]))
     expected = build_snapshot(objs, gpu_reading(now), {}, now)
-    ran = 0
-
-    async def meanwhile():
-        nonlocal ran
-        while True:
-            ran += 1
-            objs.workloads.pop(f"team-a/extra-{ran}", None)  # the watch deletes objects as we build
-            objs.pods[f"team-b/p-{ran}"] = views.pod_view(o.pod(f"p-{ran}", "team-b", node="h2", gpus=1))
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(meanwhile())  # first runs at the build's first yield, after its copies
-    try:
-        got = await SnapshotBuilder(slice_size=5).build_async(objs, gpu_reading(now), {}, now)
-    finally:
-        task.cancel()
-    assert ran > 10  # the loop ran between slices (56 workloads and 4 pods in slices of 5)
-    assert got == expected
+    frozen = objs.copied()
+    objs.workloads.pop("team-a/wl-a1")  # the watches go on while the build runs
+    objs.pods["team-b/p-new"] = views.pod_view(o.pod("p-new", "team-b", node="h2", gpus=1))
+    assert build_snapshot(frozen, gpu_reading(now), {}, now) == expected
+    assert build_snapshot(objs, gpu_reading(now), {}, now) != expected
