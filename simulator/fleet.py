@@ -26,7 +26,8 @@ the workload holds manager and worker quota while no pod runs, until GPUs free u
 Per dispatcher the run reports (``FleetMetrics.summary``): queue wait (submission -> pods bound) per
 job class, unplaceable dispatches and the GPU-hours of quota they held, remote copies created and
 deleted (API churn), jobs completed, GPU utilisation of allocated GPUs, the fleet's allocated share.
-Deterministic by seed: one ``random.Random`` per run (failures, ties), no wall clock.
+Deterministic by seed: two ``random.Random`` streams per run (GPU failures, so every dispatcher
+sees the same failures; ties), no wall clock.
 """
 
 from __future__ import annotations
@@ -335,7 +336,9 @@ class FleetSim:
         self.dispatcher = dispatcher
         self.window_s = window_s
         self.progress = progress
-        self.rng = random.Random(f"queuepilot-fleet/{self.cfg.seed}")
+        # failures have their own stream, so every dispatcher sees the same GPUs fail at the same times
+        self.fail_rng = random.Random(f"queuepilot-fleet-failures/{self.cfg.seed}")
+        self.rng = random.Random(f"queuepilot-fleet-ties/{self.cfg.seed}")
         fleet_gpus_max = max(split_nodes(self.cfg.nodes, self.cfg.clusters)) * self.cfg.gpus_per_node
         self.jobs = [j for j in jobs if j.submit < window_s]
         self.dropped_too_large = sum(1 for j in self.jobs if j.pods * j.gpus_per_pod > fleet_gpus_max)
@@ -426,14 +429,14 @@ class FleetSim:
 
     def _schedule_failure(self) -> None:
         rate = self.cfg.gpu_failure_rate * self.total_gpus / 86400.0
-        self.push(self.now + self.rng.expovariate(rate), "fail")
+        self.push(self.now + self.fail_rng.expovariate(rate), "fail")
 
     def _on_fail(self) -> None:
-        worker, node = self.rng.choice(self.all_nodes)
-        idx = self.rng.randrange(node.gpus)
+        worker, node = self.fail_rng.choice(self.all_nodes)
+        idx = self.fail_rng.randrange(node.gpus)
         if worker.cluster.fail(node, idx):
             self.metrics.gpu_failures += 1
-            self.push(self.now + self.rng.expovariate(1.0 / self.cfg.repair_mean_s), "repair", (worker, node, idx))
+            self.push(self.now + self.fail_rng.expovariate(1.0 / self.cfg.repair_mean_s), "repair", (worker, node, idx))
             self.request_pass()
         self._schedule_failure()
 

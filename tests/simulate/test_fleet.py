@@ -160,3 +160,14 @@ def test_cli_runs_and_writes_json(tmp_path, capsys):
     assert set(data["dispatchers"]) == {ALL_AT_ONCE, INCREMENTAL, CAPACITY}
     assert data["meta"]["nodes_per_cluster"] == [3, 3, 3]
     assert "capacity" in capsys.readouterr().out
+
+
+def test_every_dispatcher_sees_the_same_gpu_failures():
+    window = synthetic(12.0, 4, 64)
+    cfg = FleetConfig(nodes=12, clusters=3, gpu_failure_rate=2.0, seed=4)
+    failures = set()
+    for d in (ALL_AT_ONCE, INCREMENTAL, CAPACITY):
+        s = FleetSim(window.jobs, 12 * HOUR, d, cfg)
+        s.run()
+        failures.add(s.metrics.gpu_failures)
+    assert len(failures) == 1 and failures.pop() > 0
