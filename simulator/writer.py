@@ -16,12 +16,16 @@ do with the corresponding Kubernetes write, and answers the same ``WriteOutcome`
   name that is not at the index answers ``error``/``invalid`` (the patch's ``test`` op); else
   ``replicas`` + ``workersToDelete`` (or ``minReplicas`` / ``maxReplicas``) are set and KubeRay's
   operator reconciles the workers at once;
+- ``annotate_raycluster``: the annotation is set on the simulated RayCluster (kept in
+  ``annotations``, by namespace and name, since the simulated object has no metadata of its own) and
+  its resourceVersion moves on, as the API server's does for any write; the same value again
+  answers ``unchanged``; a RayCluster that is not there answers ``skipped``/``gone``;
 - ``activate_check``: the AdmissionCheck becomes ``Active`` (Kueue reserves no quota for a queue
   whose check is inactive);
 - ``post_event``: recorded (``events``, newest last, bounded) and counted (``event_counts``).
 
 ``dry_run`` (shadow mode) behaves as the Kubernetes writer's: the check's ``Active`` condition,
-``Ready`` states and Events are applied; other check states and RayCluster patches answer
+``Ready`` states and Events are applied; other check states, RayCluster patches and annotations answer
 ``dry_run`` and change nothing.
 
 Writes are counted in ``queuepilot_writes_total`` with the Kubernetes writer's resource and verb
@@ -118,6 +122,7 @@ class SimWriter:
         self.dry_run = dry_run
         self.events: deque[SimEvent] = deque(maxlen=MAX_EVENTS)
         self.event_counts: Counter[tuple[str, str, str]] = Counter()  # (kind, type, reason) -> Events
+        self.annotations: dict[tuple[str, str], dict[str, str]] = {}  # (namespace, RayCluster) -> written
 
     # ----------------------------------------------------------------------------------- counting
     def _wrote(self, resource: str, verb: str = "patch") -> None:
@@ -185,6 +190,20 @@ class SimWriter:
             new_min, new_max = decision.new_min, decision.new_max
         self.world.kuberay_patch(rc, replicas=replicas, workers_to_delete=delete, min_replicas=new_min,
                                  max_replicas=new_max, reason=decision.reason)
+        self._wrote(RAYCLUSTERS)
+        return WriteOutcome("written", "", 1)
+
+    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float) -> WriteOutcome:
+        if self.dry_run:
+            return WriteOutcome("dry_run")
+        rc = self.world.find_ray_cluster(namespace, name)
+        if rc is None:
+            return WriteOutcome("skipped", "gone", 1)
+        current = self.annotations.setdefault((namespace, name), {})
+        if current.get(key) == value:
+            return WriteOutcome("unchanged", "", 1)
+        current[key] = value
+        rc.version += 1  # any write moves the object's resourceVersion on
         self._wrote(RAYCLUSTERS)
         return WriteOutcome("written", "", 1)
 

@@ -5,14 +5,15 @@ Each call is one of the guarded writes in this package: ``workload_status.write_
 ``raycluster_patch.patch_group`` (one JSON patch pinned to the snapshot's resourceVersion),
 ``workload_deactivate.deactivate_workload`` (one merge patch ``spec.active: false`` pinned likewise),
 ``workload_nominate.write_nominations`` (server-side apply of ``status.nominatedClusterNames`` only),
+``raycluster_annotate.annotate_raycluster`` (one merge patch of one annotation),
 ``admissioncheck_status.ensure_active``; Events go through one background ``EventSink``.  All of
 them share one ``WriteGuard`` (``act.guard``): per-object backoff after a failed write, counted in
 ``queuepilot_write_errors_total`` and ``queuepilot_objects_in_write_backoff``, and a Warning
 ``WritesFailing`` Event on an object whose writes keep failing (once per failure streak).
 
 In dry-run (shadow mode) the check's ``Active`` condition, ``Ready`` check states and Events are
-written; any other check state, every RayCluster patch, every nomination and every deactivation answer ``dry_run``
-without a request.
+written; any other check state, every RayCluster patch or annotation, every nomination and every
+deactivation answer ``dry_run`` without a request.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from autoscaler.act.admissioncheck_status import ensure_active
 from autoscaler.act.events import EventSink, ObjectRef
 from autoscaler.act.guard import WRITES_FAILING, BackoffPolicy, WriteCounters, WriteGuard, WriteKey
 from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.raycluster_annotate import annotate_raycluster
 from autoscaler.act.raycluster_patch import patch_group
 from autoscaler.act.workload_deactivate import deactivate_workload
 from autoscaler.act.workload_nominate import write_nominations
@@ -91,6 +93,11 @@ class KubeWriter:
     async def nominate_clusters(self, decision: DispatchDecision, now: float) -> WriteOutcome:
         return await write_nominations(self.api_client, decision, field_manager=self.field_manager, now=now,
                                        write_guard=self.guard, dry_run=self.dry_run)
+
+    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float) -> WriteOutcome:
+        return await annotate_raycluster(self.api_client, namespace, name, key, value,
+                                         field_manager=self.field_manager, now=now, write_guard=self.guard,
+                                         dry_run=self.dry_run)
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
         target = ref if isinstance(ref, ObjectRef) else ObjectRef(ref.api_version, ref.kind, ref.namespace,

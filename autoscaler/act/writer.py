@@ -5,7 +5,8 @@ the implementation's business:
 
 - ``KubeWriter`` (``autoscaler.act.kube_writer``) talks to the Kubernetes API: server-side apply
   of our admission-check entry, one guarded JSON patch per worker group, a guarded merge patch
-  deactivating a stalled Workload, Events;
+  deactivating a stalled Workload, a merge patch of one RayCluster annotation (the right-sizing
+  recommendation), Events;
 - the simulator's writer applies the same calls to its simulated Kueue / KubeRay state.
 
 So the controller, the simulator and the demo run one decide -> act -> explain path: the same
@@ -78,6 +79,12 @@ class Writer(Protocol):
         """Write the Workload's ``status.nominatedClusterNames`` as ``decision.nominate`` says (MultiKueue's
         external dispatcher); only that field, only while it holds quota, is not evicted or finished and
         no worker has admitted it.  In dry-run an implementation answers ``dry_run`` without writing."""
+        ...
+
+    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float) -> WriteOutcome:
+        """Set annotation ``key`` of RayCluster ``namespace/name`` to ``value`` (only that key; the caller
+        decided it differs from what is there).  In dry-run an implementation answers ``dry_run``
+        without writing."""
         ...
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:

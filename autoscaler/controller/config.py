@@ -78,6 +78,7 @@ class ControllerConfig:
     max_connections: int = Limits.max_connections
     http_header_timeout_seconds: float = Limits.header_timeout
     check_config: bool = False
+    recommendation_annotations: bool = False
 
     @property
     def http_limits(self) -> Limits:
@@ -160,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
       help="shadow mode: keep the AdmissionCheck Active and set every check Ready at once with the would-be "
            "decision in its message; send Events and count decisions with mode=dry_run; never write RayClusters; "
            "the webhook only warns")
+    a("--recommendation-annotations", action=argparse.BooleanOptionalAction, default=False,
+      help="write the right-sizing recommendation as the queuepilot.io/recommendation annotation (JSON) on "
+           "RayClusters that opt in with queuepilot.io/annotate-recommendation: \"true\"; off: gauges and "
+           "Events only")
     a("--config", dest="config_path", default=None, metavar="PATH",
       help="YAML policy file with sections admission, scaling, stall, webhook")
     a("--resync-seconds", type=positive_seconds, default=30.0, metavar="SECONDS",
@@ -280,6 +285,9 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> C
     fields_ = {k: v for k, v in vars(ns).items() if k != "listen"}
     settings = load_settings(ns.config_path)
     validate_settings(settings, ns.config_path)
+    # the reconcilers read ControllerContext.settings: the flag reaches the recommender as this (internal) section
+    if ns.recommendation_annotations:
+        settings = {**settings, "recommendations": {"annotate": True}}
     return ControllerConfig(
         listen_host=host, listen_port=port_, **{**fields_, "identity": identity}, settings=settings,
     )

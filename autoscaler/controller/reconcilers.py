@@ -1,5 +1,5 @@
 """Which deciders the controller runs: the GPU-capacity admission check, the worker-group scaler,
-the stalled-workload detector and, in MultiKueue dispatcher mode only, the dispatcher.
+the stalled-workload detector, the right-sizing recommender and, in MultiKueue dispatcher mode only, the dispatcher.
 
 Both act through one ``Writer`` (``ctx.writer``; by default a ``KubeWriter`` over the API client,
 with one background Event sender); the simulator and the demo hand in their own, so all three run
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from autoscaler.controller.admission import AdmissionReconciler
 from autoscaler.controller.context import ControllerContext, Reconciler, writer_for
+from autoscaler.controller.recommend import RecommendationReconciler
 from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.controller.stall import StallReconciler
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 def build_reconcilers(ctx: ControllerContext, fleet: FleetSource | None = None) -> list[Reconciler]:
     writer = writer_for(ctx)
     out: list[Reconciler] = [AdmissionReconciler(ctx, writer), ScalingReconciler(ctx, writer),
-                             StallReconciler(ctx, writer)]
+                             StallReconciler(ctx, writer), RecommendationReconciler(ctx, writer)]
     if fleet is not None:
         from autoscaler.controller.dispatch import DispatchReconciler
 

@@ -27,6 +27,7 @@ Per namespace and job kind (Kueue workloads): the GPUs each pod requested agains
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -482,3 +483,109 @@ def recommendation_series(recs: Iterable[GroupRecommendation]) -> dict[str, list
         out["queuepilot_recommendation_max_replicas"].append((labels, float(r.recommended_max_replicas)))
         out["queuepilot_recommendation_saved_gpu_seconds"].append((labels, r.saved_gpu_hours * 3600.0))
     return out
+
+
+# ---------------------------------------------------- the annotation and what changes "materially"
+MAX_ANNOTATION_CHARS = 64 * 1024  # a value read back beyond this is not ours (tenants can edit it)
+MATERIAL_IDLE_RATIO = 0.25  # saved idle GPU-hours must move by more than this share ...
+MATERIAL_IDLE_FLOOR_H = 1.0  # ... and by more than this many GPU-hours, to count as a change
+_INT_FIELDS = ("gpus_per_worker", "recommended_gpus_per_worker", "recommended_min_replicas",
+               "recommended_max_replicas")
+_MAX_COUNT = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendationEntry:
+    """One worker group's recommendation as the ``queuepilot.io/recommendation`` annotation carries it."""
+
+    group: str
+    gpus_per_worker: int
+    recommended_gpus_per_worker: int | None  # None while withheld
+    recommended_min_replicas: int | None
+    recommended_max_replicas: int | None
+    idle_gpu_hours: float  # idle GPU-hours the recommendation would have saved over its history
+    reason: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"group": self.group, "gpus_per_worker": self.gpus_per_worker,
+                "recommended_gpus_per_worker": self.recommended_gpus_per_worker,
+                "recommended_min_replicas": self.recommended_min_replicas,
+                "recommended_max_replicas": self.recommended_max_replicas,
+                "idle_gpu_hours": self.idle_gpu_hours, "reason": self.reason}
+
+
+def entry_of(rec: GroupRecommendation) -> RecommendationEntry:
+    return RecommendationEntry(rec.key.group, rec.gpus_per_worker, rec.recommended_gpus_per_worker,
+                               rec.recommended_min_replicas, rec.recommended_max_replicas,
+                               round(rec.saved_gpu_hours, 1), rec.reason)
+
+
+def annotation_json(entries: Iterable[RecommendationEntry], computed_at: str) -> str:
+    """The annotation's value: ``{"computed_at": ..., "groups": [...]}``, groups by name, keys sorted,
+    no spaces (small and the same text for the same content)."""
+
+    groups = [e.as_json() for e in sorted(entries, key=lambda e: e.group)]
+    return json.dumps({"computed_at": computed_at, "groups": groups}, sort_keys=True, separators=(",", ":"))
+
+
+def _count(v: object) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _MAX_COUNT:
+        raise ValueError("not a count")
+    return v
+
+
+def parse_annotation(raw: object) -> dict[str, RecommendationEntry] | None:
+    """The entries of an annotation value read back from a RayCluster, by group; None for anything that
+    is not exactly what ``annotation_json`` writes (absent, too long, not JSON, wrong shape or types,
+    an unknown reason, a duplicate group).  Never raises: the value is untrusted."""
+
+    if not isinstance(raw, str) or len(raw) > MAX_ANNOTATION_CHARS:
+        return None
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or not isinstance(data.get("groups"), list) \
+                or not isinstance(data.get("computed_at"), str):
+            return None
+        out: dict[str, RecommendationEntry] = {}
+        for g in data["groups"]:
+            if not isinstance(g, dict) or set(g) != {"group", "idle_gpu_hours", "reason", *_INT_FIELDS}:
+                return None
+            name, reason, idle = g["group"], g["reason"], g["idle_gpu_hours"]
+            if not isinstance(name, str) or name in out or reason not in REASONS:
+                return None
+            if isinstance(idle, bool) or not isinstance(idle, int | float) or not math.isfinite(idle) or idle < 0:
+                return None
+            gpus = _count(g["gpus_per_worker"])
+            if gpus is None:
+                return None
+            out[name] = RecommendationEntry(name, gpus, _count(g["recommended_gpus_per_worker"]),
+                                            _count(g["recommended_min_replicas"]),
+                                            _count(g["recommended_max_replicas"]), float(idle), reason)
+        return out
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def material_change(old: RecommendationEntry | None, new: RecommendationEntry) -> bool:
+    """Whether ``new`` differs materially from ``old``: a different reason, GPUs per worker or
+    recommended GPUs per worker / min / max replicas, or saved idle GPU-hours that moved by more than
+    25 % and more than 1 GPU-hour (so the hours growing pass by pass are not news)."""
+    if old is None:
+        return True
+    if (old.reason, old.gpus_per_worker, old.recommended_gpus_per_worker, old.recommended_min_replicas,
+            old.recommended_max_replicas) != (new.reason, new.gpus_per_worker, new.recommended_gpus_per_worker,
+                                              new.recommended_min_replicas, new.recommended_max_replicas):
+        return True
+    moved = abs(new.idle_gpu_hours - old.idle_gpu_hours)
+    return moved > MATERIAL_IDLE_FLOOR_H and moved > MATERIAL_IDLE_RATIO * old.idle_gpu_hours
+
+
+def annotation_outdated(raw: object, entries: Mapping[str, RecommendationEntry]) -> bool:
+    """Whether the annotation value on the object (untrusted) must be rewritten for ``entries``:
+    unparseable, other groups, or any group changed materially."""
+    old = parse_annotation(raw)
+    if old is None or set(old) != set(entries):
+        return True
+    return any(material_change(old[g], e) for g, e in entries.items())

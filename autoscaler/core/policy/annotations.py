@@ -30,7 +30,16 @@ Formats (docs/autoscaling.md has examples):
 ``queuepilot.io/down-after-up``             duration 0-1h: no worker removed this long after a launch
 ``queuepilot.io/keep-spare-for-target``     ``"true"``: keep empty workers while the busy ones run over the
                                             utilization target; ``"false"`` (default)
+``queuepilot.io/annotate-recommendation``   ``"true"``: the controller writes its right-sizing
+                                            recommendation onto the RayCluster as
+                                            ``queuepilot.io/recommendation`` (JSON), when the
+                                            controller's ``--recommendation-annotations`` is on;
+                                            ``"false"`` (default).  Read by the recommendation
+                                            reconciler, not here (``annotate_recommendation``)
 =========================================== ==========================================================
+
+``queuepilot.io/recommendation`` is written by the controller (never read as policy): both keys are
+known, so they give no "unknown annotation" warning.
 """
 
 from __future__ import annotations
@@ -96,7 +105,25 @@ _FIELDS: dict[str, tuple[str, Setter]] = {
 }
 # read by the cluster layer for the Ray signal (which token Secret, which scheme), not policy knobs
 RAY_SIGNAL_ANNOTATIONS: frozenset[str] = frozenset({PREFIX + "ray-token-secret", PREFIX + "ray-dashboard-scheme"})
-KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *RAY_SIGNAL_ANNOTATIONS, *_FIELDS})
+# the right-sizing recommendation: the opt-in (read by ``autoscaler.controller.recommend``) and the
+# annotation the controller writes (JSON, untrusted when read back: tenants can edit it)
+ANNOTATE_RECOMMENDATION = PREFIX + "annotate-recommendation"
+RECOMMENDATION_ANNOTATION = PREFIX + "recommendation"
+RECOMMENDATION_ANNOTATIONS: frozenset[str] = frozenset({ANNOTATE_RECOMMENDATION, RECOMMENDATION_ANNOTATION})
+KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *RAY_SIGNAL_ANNOTATIONS,
+                                               *RECOMMENDATION_ANNOTATIONS, *_FIELDS})
+
+
+def annotate_recommendation(annotations: Mapping[str, str]) -> tuple[bool, str | None]:
+    """Whether the RayCluster opted in to the recommendation annotation, and a warning when the opt-in
+    is malformed (then off: the safe default).  Never raises."""
+    if ANNOTATE_RECOMMENDATION not in annotations:
+        return False, None
+    raw = annotations[ANNOTATE_RECOMMENDATION]
+    try:
+        return parse_bool(raw), None
+    except (ValueError, TypeError) as e:
+        return False, f"annotation {ANNOTATE_RECOMMENDATION}={brief_repr(raw)} ignored: {e}; using false"
 
 
 def policy_from_annotations(
@@ -115,7 +142,7 @@ def policy_from_annotations(
     keys.sort(key=lambda k: (k != PREFIX + "idle-window", k))
     for key in keys:
         raw = annotations[key]
-        if key == AUTOSCALE_ANNOTATION or key in RAY_SIGNAL_ANNOTATIONS:
+        if key == AUTOSCALE_ANNOTATION or key in RAY_SIGNAL_ANNOTATIONS or key in RECOMMENDATION_ANNOTATIONS:
             continue
         spec = _FIELDS.get(key)
         if spec is None:

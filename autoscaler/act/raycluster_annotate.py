@@ -1,0 +1,58 @@
+"""Write one annotation of a RayCluster in ONE merge patch (the right-sizing recommendation).
+
+The patch (``application/merge-patch+json``) is ``{"metadata": {"annotations": {<key>: <value>}}}``:
+only that key changes, every other annotation and field is left as it is.  It is NOT pinned to a
+resourceVersion: the value is ours alone (the caller compared it with what the snapshot shows and
+writes only when it differs), and KubeRay updates a RayCluster's status far more often than the
+recommendation changes, so a pinned write would mostly answer 409.
+
+It goes through the RayCluster's write guard (the same ``WriteKey`` as ``raycluster_patch``): a
+refused or failing write holds the RayCluster's writes back (per-object backoff, counted, logged);
+404 -> ``skipped``/``gone``.  Dry-run (or no API client) writes nothing and answers ``dry_run``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kubernetes_asyncio.client import ApiClient
+
+from autoscaler.act.guard import WriteGuard, WriteKey
+from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.pinned_patch import patch_pinned
+from autoscaler.act.raycluster_patch import GROUP, PLURAL, RESOURCE, VERSION
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def annotation_patch(key: str, value: str) -> dict[str, object]:
+    return {"metadata": {"annotations": {key: value}}}
+
+
+def raycluster_write_key(namespace: str, name: str) -> WriteKey:
+    return WriteKey(RESOURCE, f"{GROUP}/{VERSION}", "RayCluster", namespace, name)
+
+
+async def annotate_raycluster(
+    api_client: ApiClient | None,
+    namespace: str,
+    name: str,
+    key: str,
+    value: str,
+    *,
+    field_manager: str,
+    now: float,
+    write_guard: WriteGuard | None = None,
+    dry_run: bool = False,
+) -> WriteOutcome:
+    """One merge patch setting annotation ``key`` to ``value``; 404 -> ``skipped``/``gone``, any other
+    failure -> the RayCluster is held back (``act.guard``)."""
+    if dry_run or api_client is None:
+        log.info("dry-run: would annotate RayCluster %s/%s with %s", namespace, name, key)
+        return WriteOutcome("dry_run")
+    return await patch_pinned(api_client, write_guard, raycluster_write_key(namespace, name), group=GROUP,
+                              version=VERSION, plural=PLURAL, body=annotation_patch(key, value),
+                              content_type=MERGE_PATCH, field_manager=field_manager, now=now,
+                              changed=f"RayCluster {namespace}/{name}", log=log)

@@ -1,0 +1,195 @@
+"""The right-sizing reconciler: the recommendation feed, its annotation (opt-in) and its Events.
+
+Every ``RIGHTSIZING_STEP_S`` of the ``now`` it is given (whatever the pass rate), it takes one
+observation of every worker group from the snapshot (``rightsizing.observe_snapshot``), prunes the
+history, recommends (``RightsizingHistory.recommend``) and publishes the result in
+``ctx.published.recommendations`` (the ``queuepilot_recommendation_*`` gauges).  For a large snapshot
+(``OFFLOAD_MIN_OBJECTS``) that work runs in a worker thread; the result is the same either way.
+
+On the same step, per RayCluster:
+
+- a Normal Event ``RecommendationChanged`` per worker group whose recommendation changed materially
+  (``rightsizing.material_change``: another reason, GPUs per worker or min/max replicas, or saved idle
+  GPU-hours that moved by more than 25 % and 1 GPU-hour) since the last one this process announced;
+  nothing while withheld, nothing for a first recommendation that finds the group already right-sized;
+- with the controller-wide switch on (``--recommendation-annotations``, which ``config.parse_config``
+  hands in as the ``recommendations: {annotate: true}`` setting) and the RayCluster opted in (``queuepilot.io/annotate-recommendation: "true"``): the
+  annotation ``queuepilot.io/recommendation`` (JSON, ``rightsizing.annotation_json``), written through
+  ``Writer.annotate_raycluster`` only when what is on the object (untrusted: parsed defensively, and
+  overwritten when it is not ours) differs materially from the recommendation, and only once at least
+  one group has a recommendation (while all are withheld nothing is written, nor removed);
+- a malformed opt-in value: off, and a Warning Event ``MalformedAnnotation`` once per distinct text.
+
+Dry-run: no annotation is written (the would-be write is logged); Events are posted as in a live run.
+State is in memory: after a restart the history starts again (recommendations are withheld until it
+is long enough) and the first material change is announced again (content-named Events dedup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autoscaler.act.events import ObjectRef
+from autoscaler.act.outcome import WriteOutcome, rfc3339
+from autoscaler.act.writer import Writer
+from autoscaler.controller.admission import remember
+from autoscaler.controller.context import ControllerContext, WritingReconciler, writer_for
+from autoscaler.core import reasons as R
+from autoscaler.core.policy.annotations import RECOMMENDATION_ANNOTATION, annotate_recommendation
+from autoscaler.core.rightsizing import (
+    ALREADY_RIGHT_SIZED,
+    RECOMMENDED,
+    GroupKey,
+    GroupRecommendation,
+    RecommendationEntry,
+    RightsizingHistory,
+    RightsizingPolicy,
+    annotation_json,
+    annotation_outdated,
+    entry_of,
+    material_change,
+    observe_snapshot,
+)
+from autoscaler.core.snapshot import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+RIGHTSIZING_STEP_S = 300.0  # one right-sizing observation per 5 minutes, whatever the pass rate
+RIGHTSIZING_POLICY = RightsizingPolicy()
+RECOMMENDATION_CHANGED = "RecommendationChanged"
+RAY_API = "ray.io/v1"
+SECTION = "recommendations"
+# a snapshot with at least this many Workloads + RayClusters + Nodes is observed in a worker thread
+OFFLOAD_MIN_OBJECTS = 5_000
+
+
+def annotate_setting(settings: Mapping[str, Any]) -> bool:
+    """``recommendations.annotate`` of the configuration (default false); ValueError when not a bool."""
+    section = settings.get(SECTION) or {}
+    if not isinstance(section, Mapping):
+        raise ValueError(f"{SECTION} must be a mapping, got {type(section).__name__}")
+    unknown = sorted(set(section) - {"annotate"})
+    if unknown:
+        raise ValueError(f"{SECTION}: unknown key(s) {', '.join(map(repr, unknown))} (known: 'annotate')")
+    value = section.get("annotate", False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{SECTION}.annotate must be true or false, got {value!r}")
+    return value
+
+
+class RightsizingFeed:
+    """The history and its step: ``step(snapshot, now)`` observes when ``RIGHTSIZING_STEP_S`` has passed
+    since the last observation (or on the first call) and answers the recommendations, else None."""
+
+    def __init__(self, policy: RightsizingPolicy = RIGHTSIZING_POLICY, step_s: float = RIGHTSIZING_STEP_S,
+                 keep_s: float | None = None) -> None:
+        self.policy = policy
+        self.step_s = step_s
+        self.history = RightsizingHistory(half_life_s=policy.half_life_s) if keep_s is None else \
+            RightsizingHistory(half_life_s=policy.half_life_s, keep_s=keep_s)
+        self.at: float | None = None
+
+    def due(self, now: float) -> bool:
+        return self.at is None or now - self.at >= self.step_s
+
+    def step(self, snapshot: ClusterSnapshot, now: float) -> list[GroupRecommendation] | None:
+        if not self.due(now):
+            return None
+        step = self.step_s if self.at is None else now - self.at
+        self.history.add(observe_snapshot(snapshot, self.policy, duration_s=step))
+        self.history.prune(now)
+        self.at = now
+        return self.history.recommend(self.policy, snapshot)
+
+
+def change_message(e: RecommendationEntry) -> str:
+    if e.reason == ALREADY_RIGHT_SIZED:
+        return f"worker group {e.group}: already right-sized ({e.gpus_per_worker} GPUs per worker)"
+    return (f"worker group {e.group}: recommended {e.recommended_gpus_per_worker} GPUs per worker "
+            f"(now {e.gpus_per_worker}), {e.recommended_min_replicas}-{e.recommended_max_replicas} replicas; "
+            f"would have saved {e.idle_gpu_hours:.1f} idle GPU-hours")
+
+
+class RecommendationReconciler(WritingReconciler):
+    name = "recommendation"
+
+    def __init__(self, ctx: ControllerContext, writer: Writer | None = None, *,
+                 policy: RightsizingPolicy = RIGHTSIZING_POLICY, step_s: float = RIGHTSIZING_STEP_S,
+                 annotate: bool | None = None) -> None:
+        self.ctx = ctx
+        self.writer = writer or writer_for(ctx)
+        self.feed = RightsizingFeed(policy, step_s)
+        self.annotate = annotate_setting(ctx.settings) if annotate is None else annotate
+        self.announced: dict[GroupKey, RecommendationEntry] = {}
+        self.outcomes: list[tuple[str, WriteOutcome]] = []  # last step's annotation writes, for tests
+        self._warned: dict[str, str] = {}
+
+    async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
+        if not self.feed.due(now):
+            return
+        size = len(snapshot.workloads) + len(snapshot.ray_clusters) + len(snapshot.nodes)
+        if size >= OFFLOAD_MIN_OBJECTS:  # nothing else touches the feed meanwhile: reconcilers run in turn
+            recs = await asyncio.to_thread(self.feed.step, snapshot, now)
+        else:
+            recs = self.feed.step(snapshot, now)
+        if recs is None:
+            return
+        self.ctx.published.recommendations = recs
+        self.outcomes = []
+        by_cluster: dict[str, list[GroupRecommendation]] = {}
+        for r in recs:
+            by_cluster.setdefault(f"{r.key.namespace}/{r.key.raycluster}", []).append(r)
+        for key in sorted(snapshot.ray_clusters):
+            try:
+                await self._cluster(snapshot, key, by_cluster.get(key, []), now)
+            except Exception:  # one bad cluster must not stop the others
+                log.exception("recommendation handling of %s failed", key)
+                self.ctx.counters.source_errors.labels(source="reconciler/recommendation", kind="exception").inc()
+        live = {r.key for r in recs}
+        for k in [k for k in self.announced if k not in live]:
+            del self.announced[k]
+
+    async def _cluster(self, snapshot: ClusterSnapshot, key: str, recs: Sequence[GroupRecommendation],
+                       now: float) -> None:
+        rc = snapshot.ray_clusters[key]
+        ref = ObjectRef(RAY_API, "RayCluster", rc.namespace, rc.name, rc.uid)
+        opted_in, warning = annotate_recommendation(rc.annotations)
+        if (warning or "") != self._warned.get(key, ""):
+            self._warned[key] = warning or ""
+            if warning:
+                self.writer.post_event(ref, "Warning", R.MALFORMED_ANNOTATION, warning, now)
+                remember(self.ctx, f"{key}: {R.MALFORMED_ANNOTATION}: {warning}")
+        entries = {r.key.group: entry_of(r) for r in recs}
+        for r in recs:
+            self._announce(ref, r.key, entries[r.key.group], now)
+        if not (self.annotate and opted_in) or all(r.withheld for r in recs):
+            return  # (all withheld: nothing to say yet; an annotation written before stays as it is)
+        if not annotation_outdated(rc.annotations.get(RECOMMENDATION_ANNOTATION), entries):
+            return
+        value = annotation_json(entries.values(), rfc3339(now))
+        if self.writer.dry_run:
+            log.info("dry-run: would annotate %s with %s", key, value)
+            outcome = WriteOutcome("dry_run")
+        else:
+            outcome = await self.writer.annotate_raycluster(rc.namespace, rc.name, RECOMMENDATION_ANNOTATION,
+                                                            value, now)
+        self.outcomes.append((key, outcome))
+        if outcome.result not in ("written", "dry_run", "unchanged"):
+            log.info("annotating %s: %s %s; trying again on the next step", key, outcome.result, outcome.detail)
+
+    def _announce(self, ref: ObjectRef, key: GroupKey, entry: RecommendationEntry, now: float) -> None:
+        if entry.reason not in (RECOMMENDED, ALREADY_RIGHT_SIZED):
+            return  # withheld: nothing to say, and the last announcement stands
+        old = self.announced.get(key)
+        if old is None and entry.reason != RECOMMENDED:
+            self.announced[key] = entry  # a first look that finds it right-sized is no news
+            return
+        if not material_change(old, entry):
+            return
+        self.announced[key] = entry
+        message = change_message(entry)
+        self.writer.post_event(ref, "Normal", RECOMMENDATION_CHANGED, message, now)
+        remember(self.ctx, f"{ref.namespace}/{ref.name} {RECOMMENDATION_CHANGED}: {message}")
