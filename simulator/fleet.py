@@ -378,7 +378,11 @@ class FleetSim:
         heapq.heappush(self.heap, _Event(t, self._seq, kind, data))
 
     def request_pass(self, at: float | None = None) -> None:
-        t = self.now + self.cfg.pass_delay_s if at is None else at
+        """A pass within ``pass_delay_s`` (coalesced), or one at ``at`` (a timer: never coalesced)."""
+        if at is not None:
+            self.push(at, "pass")
+            return
+        t = self.now + self.cfg.pass_delay_s
         if self._pass_at is not None and self.now <= self._pass_at <= t:
             return
         self._pass_at = t
@@ -484,7 +488,8 @@ class FleetSim:
                 d.nominated = d.nominated + tuple(rest)
                 d.version += 1
                 d.round_at = now
-                self.request_pass(now + INCREMENTAL_ROUND_S + self.cfg.pass_delay_s)
+                if len(d.nominated) < len(names):  # another round may come: wake up when it is due
+                    self.request_pass(now + INCREMENTAL_ROUND_S + self.cfg.pass_delay_s)
         else:
             assert self.reconciler is not None
             await self.reconciler.reconcile(self._manager_snapshot(now), now)

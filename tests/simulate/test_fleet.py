@@ -171,3 +171,16 @@ def test_every_dispatcher_sees_the_same_gpu_failures():
         s.run()
         failures.add(s.metrics.gpu_failures)
     assert len(failures) == 1 and failures.pop() > 0
+
+
+def test_incremental_with_three_clusters_is_all_at_once():
+    # its first round names up to 3 workers: with 3 clusters the two built-ins are the same dispatcher
+    window = synthetic(24.0, 7, 64)
+    cfg = FleetConfig(nodes=9, clusters=3, gpu_failure_rate=1.0, seed=7)
+    out = []
+    for d in (ALL_AT_ONCE, INCREMENTAL):
+        s = FleetSim(window.jobs, 24 * HOUR, d, cfg)
+        s.run()
+        out.append({k: v for k, v in s.metrics.summary().items() if k != "passes"})
+    assert out[0] == out[1]
+    assert out[0]["unplaceable_dispatches"] > 0  # a run where quota-only dispatch mattered
