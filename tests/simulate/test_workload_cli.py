@@ -52,11 +52,13 @@ def test_synthetic_matches_the_published_statistics():
     for j in jobs:
         per_hour[int(j.submit // 3600) % 24] += 1
     assert max(per_hour) > 2 * min(per_hour)
-    # utilization: about a third of RayJob samples at 0 %, busy level median near Philly's
+    # utilization (the default, grounded model) over the time each RayJob runs: about a third of the
+    # samples under 1 % and a median near Philly's published 48.6 % (docs/simulation.md)
     big = [j for j in jobs if j.gpus > 1]
-    samples = [j.util_at(s * 300.0) for j in big for s in range(20)]
-    zero = sum(1 for u in samples if u == 0.0) / len(samples)
-    assert 0.28 < zero < 0.39
+    samples = [j.util_at(t) for j in big for t in range(0, int(j.duration), 300)]
+    zero = sum(1 for u in samples if u < 0.01) / len(samples)
+    assert 0.22 < zero < 0.42
+    assert 0.35 < statistics.median(samples) < 0.70
 
 
 def _run(tmp_path, name, *extra):
