@@ -25,7 +25,7 @@ CONTROLLER_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         (KUEUE, "admissionchecks/status", "patch"),  # the Active condition
         *((RAY, r, v) for r in ("rayclusters", "rayjobs") for v in ("list", "watch")),
         (RAY, "rayclusters", "get"),
-        (RAY, "rayclusters", "patch"),  # worker group replicas / min / max / workersToDelete
+        (RAY, "rayclusters", "patch"),  # worker group replicas / min / max / workersToDelete; the recommendation annotation
         ("", "nodes", "list"),
         ("", "nodes", "watch"),
         ("", "pods", "list"),

@@ -26,7 +26,7 @@ from typing import Any
 
 from servicekit.argtypes import count, positive_seconds
 from servicekit.envflags import EnvError, HelpFormatter, apply_env
-from simulator.engine import POLICIES, Engine, SimConfig, run_policies
+from simulator.engine import POLICIES, Engine, SimConfig
 from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
 
 log = logging.getLogger("queuepilot.simulate")
@@ -121,8 +121,60 @@ def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int) 
     return window
 
 
-def results(engines: dict[str, Engine], meta: dict[str, Any]) -> dict[str, Any]:
-    return {"meta": meta, "policies": {name: e.metrics.summary() for name, e in engines.items()}}
+def results(engines: dict[str, Engine], meta: dict[str, Any],
+            recommendations: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    out = {"meta": meta, "policies": {name: e.metrics.summary() for name, e in engines.items()}}
+    for name, recs in (recommendations or {}).items():
+        out["policies"][name]["recommendations"] = recs
+    return out
+
+
+# ------------------------------------------------------------------ right-sizing over the run
+RECOMMEND_EVERY_S = 3600.0  # one right-sizing observation per simulated hour (the engine's progress step)
+
+
+def recommendation_rows(recs: list[Any]) -> list[dict[str, Any]]:
+    """The ``recommendations`` of one policy in the --json output: one object per worker group, as the
+    ``queuepilot.io/recommendation`` annotation has it, with ``namespace`` and ``raycluster``;
+    ``idle_gpu_hours``: the idle GPU-hours the recommendation would have saved over the run."""
+    from autoscaler.core.rightsizing import entry_of
+
+    rows = []
+    for r in recs:
+        row = {"namespace": r.key.namespace, "raycluster": r.key.raycluster, **entry_of(r).as_json()}
+        row["idle_gpu_hours"] = round(r.saved_gpu_hours, 3)
+        rows.append(row)
+    return rows
+
+
+def run_recommending(jobs: Any, window_s: float, policies: list[str], cfg: SimConfig,
+                     progress_factory: Any = None) -> tuple[dict[str, Engine], dict[str, list[dict[str, Any]]]]:
+    """``run_policies``, with the controller's right-sizing feed (``controller.recommend.RightsizingFeed``)
+    observing each policy's simulated cluster once per simulated hour over the whole run (history kept
+    for the whole window): the engines and, per policy, ``recommendation_rows`` at the end."""
+    from autoscaler.controller.recommend import RIGHTSIZING_POLICY, RightsizingFeed
+
+    engines: dict[str, Engine] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for name in policies:
+        inner = progress_factory(name) if progress_factory else None
+        feed = RightsizingFeed(RIGHTSIZING_POLICY, step_s=RECOMMEND_EVERY_S, keep_s=window_s + 2 * 86400.0)
+        holder: list[Engine] = []
+        last: list[Any] = []
+
+        def progress(t: float, inner: Any = inner, feed: RightsizingFeed = feed, holder: list[Engine] = holder,
+                     last: list[Any] = last) -> None:
+            if inner is not None:
+                inner(t)
+            if holder and (recs := feed.step(holder[0].snapshot(t), t)) is not None:
+                last[:] = recs
+
+        eng = Engine(jobs, window_s, name, cfg, progress)
+        holder.append(eng)
+        eng.run()
+        engines[name] = eng
+        rows[name] = recommendation_rows(last)
+    return engines, rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(window.jobs)} jobs ({window.dropped_too_large} larger than the cluster dropped), "
           f"{cfg.nodes} nodes x {cfg.gpus_per_node} GPUs, {args.hours:g} h, seed {args.seed}", file=sys.stderr)
     t0 = time.perf_counter()
-    engines = _run(window, window_s, policies, cfg, progress=not args.no_progress)
+    engines, recommendations = _run(window, window_s, policies, cfg, progress=not args.no_progress)
     elapsed = time.perf_counter() - t0
     meta = {
         "trace": args.trace, "start": args.start if args.trace != "synthetic" else None, "hours": args.hours,
@@ -157,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpus_per_node": cfg.gpus_per_node, "jobs": len(window.jobs), "dropped_too_large": window.dropped_too_large,
         "control_interval_s": cfg.control_interval_s, "command": "queuepilot simulate " + " ".join(argv or sys.argv[1:]),
     }
-    out = results(engines, meta)
+    out = results(engines, meta, recommendations)
     text = json.dumps(out, indent=2, sort_keys=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -168,13 +220,17 @@ def main(argv: list[str] | None = None) -> int:
         from simulator.report import write_outputs
 
         write_outputs(Path(args.out), engines)
+    from simulator.report import recommendations_table
+
+    print(recommendations_table(recommendations), file=sys.stderr)
     print(f"simulated {len(policies)} policies in {elapsed:.1f}s", file=sys.stderr)
     return 0
 
 
-def _run(window: TraceWindow, window_s: float, policies: list[str], cfg: SimConfig, progress: bool) -> dict[str, Engine]:
+def _run(window: TraceWindow, window_s: float, policies: list[str], cfg: SimConfig,
+         progress: bool) -> tuple[dict[str, Engine], dict[str, list[dict[str, Any]]]]:
     if not progress:
-        return run_policies(window.jobs, window_s, policies, cfg)
+        return run_recommending(window.jobs, window_s, policies, cfg)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description:<12}"), BarColumn(), TextColumn("{task.fields[sim]}"),
@@ -187,4 +243,4 @@ def _run(window: TraceWindow, window_s: float, policies: list[str], cfg: SimConf
 
             return update
 
-        return run_policies(window.jobs, window_s, policies, cfg, factory)
+        return run_recommending(window.jobs, window_s, policies, cfg, factory)

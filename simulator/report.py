@@ -114,3 +114,20 @@ def write_outputs(out: Path, engines: Mapping[str, Any]) -> list[Path]:
     plot_timeline(out / "timeline.png", engines, total)
     paths.append(out / "timeline.png")
     return paths
+
+
+def recommendations_table(recommendations: Mapping[str, list[dict[str, Any]]], limit: int = 10) -> str:
+    """The printed report's right-sizing part: per policy, the worker groups with a recommendation and
+    the idle GPU-hours it would have saved over the run (most first, at most ``limit``)."""
+    lines = ["right-sizing (idle GPU-hours each recommendation would have saved over the run):"]
+    for name, rows in recommendations.items():
+        shown = sorted((r for r in rows if r["recommended_gpus_per_worker"] is not None),
+                       key=lambda r: (-r["idle_gpu_hours"], r["namespace"], r["raycluster"], r["group"]))
+        total = sum(r["idle_gpu_hours"] for r in shown)
+        lines.append(f"  {name}: {len(shown)} of {len(rows)} groups recommended, {total:,.1f} GPU-h")
+        for r in shown[:limit]:
+            lines.append(f"    {r['namespace']}/{r['raycluster']}/{r['group']:<14} "
+                         f"{r['gpus_per_worker']}->{r['recommended_gpus_per_worker']} GPUs/worker "
+                         f"replicas {r['recommended_min_replicas']}-{r['recommended_max_replicas']} "
+                         f"{r['idle_gpu_hours']:>10,.1f} GPU-h  {r['reason']}")
+    return "\n".join(lines)

@@ -20,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from autoscaler.act.raycluster_annotate import annotation_patch
 from autoscaler.act.raycluster_patch import patch_ops
 from autoscaler.core.policy.scaling import GroupDecision
 from tests.chart.crd_schema import crd_validator
@@ -164,7 +165,19 @@ CONTROLLER_WRITES: dict[str, Callable[[dict], dict]] = {
     "clear workersToDelete": lambda rc: _patched(rc, _decision(write="replicas", clear_workers_to_delete=True)),
     "in-tree autoscaler: min/max": lambda rc: _patched(rc, _decision(write="min_max", new_min=2, new_max=6)),
     "second group": lambda rc: _patched(rc, _decision(group="cpu", desired=4, current=2, write="replicas"), 1),
+    # the merge patch of autoscaler.act.raycluster_annotate (RFC 7386 on a dict without nulls: a deep update)
+    "the recommendation annotation": lambda rc: _merged(rc, annotation_patch(
+        "queuepilot.io/recommendation", '{"computed_at":"2026-12-01T04:00:00Z","groups":[]}')),
 }
+
+
+def _merged(rc: dict, patch: dict) -> dict:
+    def merge(target: dict, p: dict) -> dict:
+        out = copy.deepcopy(target)
+        for k, v in p.items():
+            out[k] = merge(out.get(k) or {}, v) if isinstance(v, dict) else v
+        return out
+    return merge(rc, patch)
 
 
 def _edit(fn: Callable[[dict], None]) -> Callable[[dict], dict]:
@@ -177,8 +190,6 @@ def _edit(fn: Callable[[dict], None]) -> Callable[[dict], dict]:
 
 ALLOWED_EDITS: dict[str, Callable[[dict], dict]] = {
     "nothing": _edit(lambda rc: None),
-    "add a queuepilot.io annotation": _edit(lambda rc: rc["metadata"]["annotations"].update(
-        {"queuepilot.io/last-scale": "2026-12-01T04:00:00Z"})),
     "drop workersToDelete entirely": _edit(lambda rc: rc["spec"]["workerGroupSpecs"][0].pop("scaleStrategy")),
 }
 
@@ -210,6 +221,15 @@ FORBIDDEN_EDITS: dict[str, Callable[[dict], dict]] = {
     "drop the queue label": _edit(lambda rc: rc["metadata"].pop("labels")),
     "mark it elastic for Kueue": _edit(lambda rc: rc["metadata"]["annotations"].update(
         {"kueue.x-k8s.io/elastic-job": "false"})),
+    "add another queuepilot.io annotation": _edit(lambda rc: rc["metadata"]["annotations"].update(
+        {"queuepilot.io/last-scale": "2026-12-01T04:00:00Z"})),
+    "opt a cluster in to the annotation": _edit(lambda rc: rc["metadata"]["annotations"].update(
+        {"queuepilot.io/annotate-recommendation": "true"})),
+    "opt a cluster out of autoscaling": _edit(lambda rc: rc["metadata"]["annotations"].update(
+        {"queuepilot.io/autoscale": "false"})),
+    "drop the autoscale opt-in": _edit(lambda rc: rc["metadata"]["annotations"].pop("queuepilot.io/autoscale")),
+    "the recommendation plus another key": _edit(lambda rc: rc["metadata"]["annotations"].update(
+        {"queuepilot.io/recommendation": "{}", "queuepilot.io/idle-window": "1m"})),
     "remove a foreign annotation": _edit(lambda rc: rc["metadata"]["annotations"].pop("team.example.com/owner")),
     "remove the finalizer": _edit(lambda rc: rc["metadata"].pop("finalizers")),
     "add an owner": _edit(lambda rc: rc["metadata"].update({"ownerReferences": [
@@ -266,4 +286,4 @@ def test_the_docs_describe_the_policy() -> None:
 def test_values_doc_and_rendered_yaml_agree() -> None:
     policy, _ = _policy()
     text = yaml.safe_dump(policy)
-    assert "workerGroupSpecs" in text and "queuepilot.io/" in text
+    assert "workerGroupSpecs" in text and "queuepilot.io/recommendation" in text
