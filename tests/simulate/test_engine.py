@@ -115,7 +115,9 @@ def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
     ready = _total(reg, "queuepilot_admission_decisions", state="Ready")
     rayjobs = sum(1 for j in e.jobs if j.kind != "task" and j.submit < 6 * 3600)
     assert ready == rayjobs - sum(1 for w in e.workloads.values() if w.state in ("pending", "reserved")) > 0
-    assert _total(reg, "queuepilot_writes", resource="workloads/status") == ready
+    # each Ready and each Retry the controller counted is one status write, and there is no other
+    retry = _total(reg, "queuepilot_admission_decisions", state="Retry")
+    assert _total(reg, "queuepilot_writes", resource="workloads/status") == ready + retry
     # the scaler's counted changes are the replica changes the run measured, each one a patch
     changes = _total(reg, "queuepilot_scale_decisions", direction="up") + \
         _total(reg, "queuepilot_scale_decisions", direction="down")
