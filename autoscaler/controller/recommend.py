@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 
 RIGHTSIZING_STEP_S = 300.0  # one right-sizing observation per 5 minutes, whatever the pass rate
 RIGHTSIZING_POLICY = RightsizingPolicy()
-RECOMMENDATION_CHANGED = "RecommendationChanged"
 RAY_API = "ray.io/v1"
 SECTION = "recommendations"
 # a snapshot with at least this many Workloads + RayClusters + Nodes is observed in a worker thread
@@ -191,5 +190,5 @@ class RecommendationReconciler(WritingReconciler):
             return
         self.announced[key] = entry
         message = change_message(entry)
-        self.writer.post_event(ref, "Normal", RECOMMENDATION_CHANGED, message, now)
-        remember(self.ctx, f"{ref.namespace}/{ref.name} {RECOMMENDATION_CHANGED}: {message}")
+        self.writer.post_event(ref, "Normal", R.RECOMMENDATION_CHANGED, message, now)
+        remember(self.ctx, f"{ref.namespace}/{ref.name} {R.RECOMMENDATION_CHANGED}: {message}")

@@ -54,6 +54,9 @@ MALFORMED_ANNOTATION = "MalformedAnnotation"
 STALLED_WORKLOAD = "StalledWorkload"
 STALLED_WORKLOAD_DEACTIVATED = "StalledWorkloadDeactivated"
 
+# --- right-sizing recommendations -------------------------------------------------------------------
+RECOMMENDATION_CHANGED = "RecommendationChanged"
+
 MEANING: dict[str, str] = {
     CAPACITY_CONFIRMED: "Ready: every GPU pod of the workload fits on free, healthy, unpromised GPUs of its flavor.",
     NO_GPUS_REQUESTED: "Ready: the workload requests no nvidia.com/gpu; nothing to confirm.",
@@ -97,6 +100,8 @@ MEANING: dict[str, str] = {
                        "window (hung job, notebook left open, actor holding GPUs)."),
     STALLED_WORKLOAD_DEACTIVATED: ("A stalled workload of an opted-in ClusterQueue or namespace was deactivated "
                                    "(spec.active: false) so that Kueue releases its quota."),
+    RECOMMENDATION_CHANGED: ("A worker group's right-sizing recommendation (GPUs per worker, min/max replicas, "
+                             "or the idle GPU-hours it would save) changed materially."),
 }
 
 ADMISSION_REASONS: frozenset[str] = frozenset(
@@ -105,5 +110,7 @@ ADMISSION_REASONS: frozenset[str] = frozenset(
      RETRY_LIMIT_EXCEEDED, GPU_SIGNAL_STALE}
 )
 STALL_REASONS: frozenset[str] = frozenset({STALLED_WORKLOAD, STALLED_WORKLOAD_DEACTIVATED})
-SCALING_REASONS: frozenset[str] = frozenset(set(MEANING) - ADMISSION_REASONS - STALL_REASONS | {GPU_SIGNAL_STALE})
+RECOMMENDATION_REASONS: frozenset[str] = frozenset({RECOMMENDATION_CHANGED})
+SCALING_REASONS: frozenset[str] = frozenset(
+    set(MEANING) - ADMISSION_REASONS - STALL_REASONS - RECOMMENDATION_REASONS | {GPU_SIGNAL_STALE})
 ALL_REASONS: frozenset[str] = frozenset(MEANING)

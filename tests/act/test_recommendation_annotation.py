@@ -13,7 +13,8 @@ import pytest
 
 from autoscaler.act.guard import BackoffPolicy
 from autoscaler.act.kube_writer import KubeWriter
-from autoscaler.controller.recommend import RECOMMENDATION_CHANGED, RecommendationReconciler
+from autoscaler.controller.recommend import RecommendationReconciler
+from autoscaler.core.reasons import RECOMMENDATION_CHANGED
 from autoscaler.core.rightsizing import RightsizingPolicy
 from tests.decisions import kube_world as k
 
