@@ -276,6 +276,7 @@ class DispatchReconciler:
         self.published = published or FleetPublished()
         self._sem = asyncio.Semaphore(write_concurrency)
         self._usable: set[str] = set()
+        self._free: dict[str, int] = {}  # worker -> free healthy GPUs at the last pass
         self.outcomes: list[tuple[DispatchDecision, WriteOutcome]] = []  # last pass's, for tests
 
     def register(self) -> None:
@@ -297,9 +298,13 @@ class DispatchReconciler:
         usable = {name for name, w in workers.items() if not worker_problem(w, self.config, now)}
         freed = any(k not in ledgers.get(name, Ledger()).reservations
                     for name, led in self.ledgers.items() for k in led.reservations)
-        if freed or usable - self._usable:  # capacity came back: workloads in backoff are tried again now
+        free = {name: sum(n.free_gpus for n in w.snapshot.nodes.values()) for name, w in workers.items()}
+        grew = any(free[name] > self._free.get(name, 0) for name in usable)
+        # capacity came back (a promise released, a worker usable again, GPUs freed on a usable
+        # worker by a finished job or a repair): workloads in backoff are tried again now
+        if freed or grew or usable - self._usable:
             self.history = {k: replace(h, retry_at=0.0) for k, h in self.history.items()}
-        self._usable = usable
+        self._usable, self._free = usable, free
         result = decide_dispatch(targets, workers, ledgers, self.history, self.config, now)
         self.ledgers, self.history = dict(result.ledgers), dict(result.history)
         todo = [d for d in result.decisions if d.changes or d.reason in (NO_CLUSTER_FITS, NO_USABLE_CLUSTER)]
