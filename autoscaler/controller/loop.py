@@ -3,7 +3,8 @@
 A *pass* builds one ``ClusterSnapshot`` from the caches and signals and, on the leader only, hands
 it to every reconciler from ``autoscaler.controller.reconcilers.build_reconcilers`` (each one's exceptions
 are caught, logged and counted, so one broken decider never stops the others).  Passes run every
-``--resync-seconds`` and ``--debounce-seconds`` after any watch event or signal refresh, so a
+``--resync-seconds`` and ``--debounce-seconds`` after any watch event or signal refresh (but never sooner
+after a pass than that pass took, so passes use at most half the time), so a
 Workload whose check turns Pending is decided in the next pass, not at the next resync.
 No pass acts before every cache has synced.
 
@@ -69,7 +70,6 @@ from autoscaler.controller.dispatch import FleetSource, fleet_source
 from autoscaler.controller.leader import LeaderElector
 from autoscaler.controller.snapshot_builder import BuildConfig, ClusterObjects, SnapshotBuilder
 from autoscaler.core.queue_wait import new_admissions
-from autoscaler.core.rightsizing import RightsizingHistory, RightsizingPolicy, observe_snapshot
 from autoscaler.core.snapshot import ClusterSnapshot
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
@@ -78,8 +78,6 @@ from autoscaler.signals.ray import DashboardTarget, RayClient, RayHeadClient, Ra
 from servicekit.http import HttpServer, start_server
 
 log = logging.getLogger("queuepilot.controller")
-RIGHTSIZING_STEP_S = 300.0  # one right-sizing observation per 5 minutes, whatever the pass rate
-RIGHTSIZING_POLICY = RightsizingPolicy()
 
 # Once the caches hold this many objects (Workloads + RayClusters + Nodes) after the first synced
 # pass, the process's objects are frozen out of the cyclic garbage collector (``gc.freeze``) and
@@ -264,8 +262,6 @@ class Controller:
         self._session = session
         self._own_session = session is None
         self.snapshot: ClusterSnapshot | None = None
-        self.rightsizing = RightsizingHistory()  # one observation per RIGHTSIZING_STEP_S, 8 days, bounded
-        self._rightsizing_at: float | None = None
         self._previous: ClusterSnapshot | None = None
         self.passes = 0
         self.context = ControllerContext(
@@ -369,12 +365,6 @@ class Controller:
             self.counters.source_errors.labels(source="snapshot", kind="exception").inc()
             return None
         self.snapshot = snap
-        if self._rightsizing_at is None or now - self._rightsizing_at >= RIGHTSIZING_STEP_S:
-            step = RIGHTSIZING_STEP_S if self._rightsizing_at is None else now - self._rightsizing_at
-            self.rightsizing.add(observe_snapshot(snap, RIGHTSIZING_POLICY, duration_s=step))
-            self.rightsizing.prune(now)
-            self.published.recommendations = self.rightsizing.recommend(RIGHTSIZING_POLICY, snap)
-            self._rightsizing_at = now
         self.passes += 1
         self.counters.reconcile_seconds.labels(loop="snapshot").observe(time.perf_counter() - t0)
         if not self.synced:
@@ -407,6 +397,7 @@ class Controller:
 
     async def pass_loop(self, iterations: int | None = None) -> None:
         i = 0
+        last_pass_s = 0.0
         while iterations is None or i < iterations:
             i += 1
             try:
@@ -414,11 +405,15 @@ class Controller:
                 # races with the timeout, and shutdown would then wait out a whole resync period.
                 async with asyncio.timeout(self.config.resync_seconds):
                     await self._wake.wait()
-                await asyncio.sleep(self.config.debounce_seconds)
+                # at least as long as the last pass took: passes use at most half of the process's
+                # time, however busy the watches are, so /metrics, /healthz and the Lease keep theirs
+                await asyncio.sleep(max(self.config.debounce_seconds, last_pass_s))
             except TimeoutError:
                 pass
             self._wake.clear()
+            t0 = time.perf_counter()
             await self.run_pass()
+            last_pass_s = time.perf_counter() - t0
 
     async def _every(self, seconds: float, fn: Callable[[], Any]) -> None:
         while True:

@@ -4,7 +4,7 @@ Every ``RIGHTSIZING_STEP_S`` of the ``now`` it is given (whatever the pass rate)
 observation of every worker group from the snapshot (``rightsizing.observe_snapshot``), prunes the
 history, recommends (``RightsizingHistory.recommend``) and publishes the result in
 ``ctx.published.recommendations`` (the ``queuepilot_recommendation_*`` gauges).  For a large snapshot
-(``OFFLOAD_MIN_OBJECTS``) that work runs in a worker thread; the result is the same either way.
+(``context.OFFLOAD_MIN_OBJECTS``, through ``context.offload``) that work runs in a worker thread; the result is the same either way.
 
 On the same step, per RayCluster:
 
@@ -27,7 +27,6 @@ is long enough) and the first material change is announced again (content-named 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,7 +35,13 @@ from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome, rfc3339
 from autoscaler.act.writer import Writer
 from autoscaler.controller.admission import remember
-from autoscaler.controller.context import ControllerContext, WritingReconciler, writer_for
+from autoscaler.controller.context import (
+    ControllerContext,
+    WritingReconciler,
+    offload,
+    snapshot_size,
+    writer_for,
+)
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.annotations import RECOMMENDATION_ANNOTATION, annotate_recommendation
 from autoscaler.core.rightsizing import (
@@ -62,7 +67,6 @@ RIGHTSIZING_POLICY = RightsizingPolicy()
 RAY_API = "ray.io/v1"
 SECTION = "recommendations"
 # a snapshot with at least this many Workloads + RayClusters + Nodes is observed in a worker thread
-OFFLOAD_MIN_OBJECTS = 5_000
 
 
 def annotate_setting(settings: Mapping[str, Any]) -> bool:
@@ -129,11 +133,8 @@ class RecommendationReconciler(WritingReconciler):
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         if not self.feed.due(now):
             return
-        size = len(snapshot.workloads) + len(snapshot.ray_clusters) + len(snapshot.nodes)
-        if size >= OFFLOAD_MIN_OBJECTS:  # nothing else touches the feed meanwhile: reconcilers run in turn
-            recs = await asyncio.to_thread(self.feed.step, snapshot, now)
-        else:
-            recs = self.feed.step(snapshot, now)
+        # nothing else touches the feed meanwhile: reconcilers run in turn
+        recs = await offload(snapshot_size(snapshot), self.feed.step, snapshot, now)
         if recs is None:
             return
         self.ctx.published.recommendations = recs
