@@ -1,24 +1,39 @@
-"""Policy quality benchmark: the simulator over a month of the Philly trace, every policy.
+"""Policy quality benchmark: the simulator over a month of the Philly trace, as a matrix.
 
-Writes ``benchmarks/results/policy.md`` (the table, the command, the seed, the targets and a
-Helios-shape check of the queue dynamics) and PNGs beside it (``policy_wait_cdf.png``,
-``policy_idle_gpu_hours.png``, ``policy_timeline.png``).  Numbers are reported, never asserted.
+Every (utilization model, seed, GPU failure rate, policy) is one run; the queuepilot policies also
+run with stall reclaim on (under ``grounded`` by default); a sweep of the per-team worker cap
+(``SimConfig.ray_max_quota_factor``) runs queuepilot and ray-idle under grounded, seed 1, the first
+failure rate.  Writes ``benchmarks/results/policy.md`` (summary, one table per model and failure
+rate, the targets with a met / not-met line each and a reading generated from the numbers, the cap
+sweep, a Helios-shape check), ``policy.json`` (every run's numbers: ``--render-only`` re-renders the
+page and the matrix plot from it) and PNGs (wait CDF, idle GPU-hours and timeline of the grounded
+seed-1 run at the first failure rate; controllable idle per policy per model with seed error bars).
+Numbers are reported, never asserted.
 
-    .venv/bin/python benchmarks/policy.py [--hours 720] [--start 2017-10-03] [--seed 1]
-        [--gpu-failure-rate 0.01] [--jobs 2]
+    .venv/bin/python benchmarks/policy.py                 # the full matrix (`make bench`)
+    .venv/bin/python benchmarks/policy.py --quick         # 168 h, seed 1, rate 0.01 -> policy-quick.*
+    .venv/bin/python benchmarks/policy.py --models grounded --seeds 1 --rates 0.01 --policies queuepilot,ray-idle
+    .venv/bin/python benchmarks/policy.py --render-only   # policy.json -> policy.md + matrix PNG
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import math
+import os
+import platform
+import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -27,21 +42,757 @@ sys.path.insert(0, str(REPO))
 
 from simulator.cli import default_trace, load_window  # noqa: E402
 from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
-from simulator.report import plot_idle, plot_timeline, plot_wait_cdf  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 HELIOS = "traces/helios/Earth_vc6YE/cluster_sequence_vc.csv"
+MODELS = ("grounded", "scattered", "serving")
+BASELINE = "ray-idle"  # Ray's own autoscaler: what every target is measured against
+DEFAULT_CAP = SimConfig().ray_max_quota_factor
+CLASSES = ("ray_task", "workload")
+IDLE_CLASSES = ("empty", "starting", "idle_actor", "stalled", "in_job")
 
 
-def _run_one(args: tuple[str, str, str, float, SimConfig]):
-    policy, trace, start, hours, cfg = args
-    window = load_window(trace, start, hours, cfg.seed, cfg.nodes * cfg.gpus_per_node)
+# ----------------------------------------------------------------------------------- the matrix
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One simulation run: a policy over one trace window (model, seed) at one failure rate."""
+
+    model: str
+    seed: int
+    rate: float
+    policy: str
+    stall_reclaim: bool = False
+    cap: float = DEFAULT_CAP
+
+    @property
+    def label(self) -> str:
+        return run_label(self.policy, self.stall_reclaim)
+
+    @property
+    def window(self) -> tuple[str, int]:
+        return (self.model, self.seed)
+
+
+def run_label(policy: str, stall_reclaim: bool) -> str:
+    return policy + ("+stall" if stall_reclaim else "")
+
+
+def is_queuepilot(policy: str) -> bool:
+    return policy.startswith("queuepilot")
+
+
+def build_matrix(models: Sequence[str], seeds: Sequence[int], rates: Sequence[float], policies: Sequence[str],
+                 stall_models: Sequence[str], caps: Sequence[float], cap_policies: Sequence[str]) -> list[Task]:
+    """Every (model, seed, rate, policy); the queuepilot policies again with stall reclaim under
+    ``stall_models``; the cap sweep (``caps`` other than the default) for ``cap_policies`` under the
+    first model, seed and rate (the default cap's row comes from the matrix)."""
+    tasks = [Task(m, s, r, p) for m in models for s in seeds for r in rates for p in policies]
+    tasks += [Task(m, s, r, p, True) for m in models if m in stall_models for s in seeds for r in rates
+              for p in policies if is_queuepilot(p)]
+    if models and seeds and rates:
+        ref = (models[0], seeds[0], rates[0])
+        tasks += [Task(*ref, p, cap=c) for c in caps if c != DEFAULT_CAP for p in cap_policies]
+    return tasks
+
+
+def is_reference(task: Task, ref: tuple[str, int, float]) -> bool:
+    """The run whose plots (wait CDF, idle, timeline) and Helios shape are drawn."""
+    return (task.model, task.seed, task.rate) == ref and task.cap == DEFAULT_CAP and not task.stall_reclaim
+
+
+def sim_config(task: Task) -> SimConfig:
+    cfg = replace(SimConfig(), seed=task.seed, gpu_failure_rate=task.rate, ray_max_quota_factor=task.cap)
+    if task.stall_reclaim:
+        names = {f.name for f in fields(SimConfig)}
+        if "stall_reclaim" not in names:
+            raise RuntimeError("SimConfig has no stall_reclaim field: this simulator cannot run stall reclaim")
+        cfg = replace(cfg, stall_reclaim=True)
+    return cfg
+
+
+# --------------------------------------------------------------------------------- the worker
+_WINDOWS: dict[tuple[Any, ...], Any] = {}  # per process: a trace window is loaded once per (model, seed)
+
+
+def _window(trace: str, start: str, hours: float, model: str, seed: int, max_gpus: int) -> tuple[Any, float]:
+    key = (trace, start, hours, model, seed, max_gpus)
+    if key in _WINDOWS:
+        return _WINDOWS[key], 0.0
     t0 = time.perf_counter()
-    e = Engine(window.jobs, hours * 3600.0, policy, cfg)
-    e.run()
-    return policy, e.metrics, time.perf_counter() - t0, len(window.jobs), e.cluster.total_gpus
+    _WINDOWS[key] = load_window(trace, start, hours, seed, max_gpus, util_model=model)
+    return _WINDOWS[key], time.perf_counter() - t0
 
 
+def run_task(task: Task, trace: str, start: str, hours: float, detail: bool) -> dict[str, Any]:
+    """Run one task (in a pool worker); the record kept in policy.json, plus the series the plots need
+    when ``detail`` (the reference run)."""
+    cfg = sim_config(task)
+    window, load_s = _window(trace, start, hours, task.model, task.seed, cfg.nodes * cfg.gpus_per_node)
+    t0 = time.perf_counter()
+    eng = Engine(window.jobs, hours * 3600.0, task.policy, cfg)
+    eng.run()
+    secs = time.perf_counter() - t0
+    m = eng.metrics
+    rec: dict[str, Any] = {**asdict(task), "label": task.label, "summary": m.summary(), "secs": round(secs, 2),
+                           "load_s": round(load_s, 2), "jobs": len(window.jobs), "total_gpus": eng.cluster.total_gpus}
+    if detail:
+        rec["shape"] = sim_shape(m.timeline, eng.cluster.total_gpus)
+        rec["series"] = {"waits": list(m.waits), "timeline": [list(r) for r in m.timeline],
+                         "idle_gpu_s": m.idle_gpu_s, "allocated_gpu_s": m.allocated_gpu_s}
+    return rec
+
+
+def _run_packed(args: tuple[Task, str, str, float, bool]) -> dict[str, Any]:
+    return run_task(*args)
+
+
+def estimate(task: Task, hours: float, previous: Mapping[tuple[str, str], float]) -> float:
+    """Expected seconds of a run: from the last policy.json (seconds per simulated hour of that label
+    under that model) or a rough default (the queuepilot reconcilers cost ~1.5x a baseline)."""
+    per_hour = previous.get((task.model, task.label))
+    if per_hour is None:
+        per_hour = 0.06 if is_queuepilot(task.policy) else 0.04
+    return per_hour * hours
+
+
+def previous_costs(path: Path) -> dict[tuple[str, str], float]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    hours = float(data.get("meta", {}).get("hours") or 0) or 1.0
+    acc: dict[tuple[str, str], list[float]] = {}
+    for r in data.get("runs", []):
+        acc.setdefault((r["model"], r["label"]), []).append(float(r["secs"]) / hours)
+    return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def run_matrix(tasks: Sequence[Task], trace: str, start: str, hours: float, jobs: int,
+               ref: tuple[str, int, float], previous: Mapping[tuple[str, str], float],
+               progress: bool = True) -> list[dict[str, Any]]:
+    """Run every task, longest expected first, on ``jobs`` processes, with a progress bar and ETA."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    cost = {t: estimate(t, hours, previous) for t in tasks}
+    # longest first; among equals, tasks of one trace window together (each process loads a window once)
+    order = sorted(tasks, key=lambda t: (-round(cost[t], 1), t.model, t.seed, t.rate, t.policy))
+    records: list[dict[str, Any]] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), disable=not progress) as bar:
+        runs = bar.add_task("policy matrix", total=len(order))
+        cost_bar = bar.add_task("expected seconds", total=sum(cost.values()), visible=False)
+
+        def done(rec: dict[str, Any], task: Task) -> None:
+            records.append(rec)
+            bar.update(runs, advance=1, description=f"{task.model} s{task.seed} {task.rate:g} {task.label} "
+                                                   f"{rec['secs']:.0f} s")
+            bar.update(cost_bar, advance=cost[task])
+
+        if jobs <= 1:
+            for t in order:
+                done(run_task(t, trace, start, hours, is_reference(t, ref)), t)
+            return records
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            pending: dict[Future[dict[str, Any]], Task] = {
+                pool.submit(_run_packed, (t, trace, start, hours, is_reference(t, ref))): t for t in order}
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    done(f.result(), pending.pop(f))
+    return records
+
+
+# ------------------------------------------------------------------------------ reading numbers
+def get(summary: Mapping[str, Any], key: str) -> float | None:
+    """``summary[key]``, with ``a.b`` for nested keys; None when the simulator does not report it."""
+    cur: Any = summary
+    for part in key.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return None if cur is None else float(cur)
+
+
+def delivered_gpu_hours(s: Mapping[str, Any]) -> float | None:
+    """The GPU-hours the run delivered to jobs: ``delivered_gpu_hours`` when reported, else the
+    allocated GPU-hours."""
+    v = get(s, "delivered_gpu_hours")
+    return v if v is not None else get(s, "allocated_gpu_hours")
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return None
+    if b == 0:
+        return 0.0 if a == 0 else math.inf
+    return a / b
+
+
+# ------------------------------------------------------------------------------------- targets
+@dataclass(frozen=True)
+class Target:
+    key: str
+    text: str
+    limit: float
+    value: Callable[[Mapping[str, Any], Mapping[str, Any]], float | None]  # (queuepilot's, ray-idle's)
+    unit: str  # how the value reads: "x ray-idle", "of delivered", "count", "x bound"
+    models: tuple[str, ...] | None = None  # None: every model
+    stall_only: bool = False  # judged only for the stall-reclaim configurations (the others: every one)
+
+
+def _wait_tail(q: Mapping[str, Any], r: Mapping[str, Any]) -> float | None:
+    worst: float | None = None
+    for quant in ("p95", "p99"):
+        for cls in CLASSES:
+            x = ratio(get(q, f"wait_{quant}_s_by_class.{cls}"), get(r, f"wait_{quant}_s_by_class.{cls}"))
+            if x is None:
+                return None
+            worst = x if worst is None else max(worst, x)
+    return worst
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("controllable_idle", "controllable idle GPU-hours <= 40 % of ray-idle's, under every model", 0.40,
+           lambda q, r: ratio(get(q, "idle_gpu_hours_controllable"), get(r, "idle_gpu_hours_controllable")),
+           "x ray-idle"),
+    Target("total_idle", "total idle GPU-hours <= 70 % of ray-idle's under grounded, stall reclaim on", 0.70,
+           lambda q, r: ratio(get(q, "idle_gpu_hours"), get(r, "idle_gpu_hours")), "x ray-idle",
+           models=("grounded",), stall_only=True),
+    Target("wait_tails", "p95 and p99 wait per job class (Ray task, workload) within 2 % of ray-idle's", 1.02,
+           _wait_tail, "x ray-idle (worst class and quantile)"),
+    Target("killed_work", "killed work <= 1 % of delivered GPU-hours", 0.01,
+           lambda q, r: ratio(get(q, "killed_gpu_hours"), delivered_gpu_hours(q)), "of delivered"),
+    Target("unplaceable", "0 admitted-but-unplaceable workloads", 0.0,
+           lambda q, r: get(q, "unplaceable_admissions"), "workloads"),
+    Target("scale_down_after_up", "0 scale-downs within 300 s after a scale-up", 0.0,
+           lambda q, r: get(q, "scale_downs_after_up_300s"), "scale-downs"),
+    Target("bound", "controllable idle within 1.5x of the lower bound", 1.5,
+           lambda q, r: ratio(get(q, "idle_gpu_hours_controllable"), get(q, "lower_bound_idle_gpu_hours")),
+           "x bound"),
+)
+TOLERANCE = 1e-9  # float noise only: a value exactly at the limit meets the target
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: str
+    model: str
+    config: str  # the queuepilot run label judged (e.g. queuepilot, queuepilot+stall)
+    met: bool | None  # None: not measurable (no ray-idle pair or a key the simulator does not report)
+    runs: int  # paired runs (seeds x failure rates)
+    runs_met: int
+    worst: float | None  # the worst value over those runs
+    mean: float | None
+    limit: float
+
+
+def pair_runs(runs: Iterable[Mapping[str, Any]], cap: float = DEFAULT_CAP
+              ) -> dict[tuple[str, str], list[tuple[Mapping[str, Any], Mapping[str, Any]]]]:
+    """(model, queuepilot label) -> [(its run, ray-idle's run on the same window and failure rate)]."""
+    base: dict[tuple[str, int, float], Mapping[str, Any]] = {}
+    qp: list[Mapping[str, Any]] = []
+    for r in runs:
+        if r["cap"] != cap:
+            continue
+        if r["policy"] == BASELINE and not r["stall_reclaim"]:
+            base[(r["model"], r["seed"], r["rate"])] = r
+        elif is_queuepilot(r["policy"]):
+            qp.append(r)
+    out: dict[tuple[str, str], list[tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
+    for r in qp:
+        b = base.get((r["model"], r["seed"], r["rate"]))
+        out.setdefault((r["model"], r["label"]), [])
+        if b is not None:
+            out[(r["model"], r["label"])].append((r, b))
+    return out
+
+
+def evaluate_targets(runs: Iterable[Mapping[str, Any]], targets: Sequence[Target] = TARGETS) -> list[Verdict]:
+    """Each target, per model, per queuepilot configuration present: met when it holds on every paired
+    run (every seed and failure rate) of that model; not measurable when nothing pairs or a number is
+    missing.  A pure function of the run records."""
+    paired = pair_runs(list(runs))
+    verdicts = []
+    for t in targets:
+        for (model, label), pairs in sorted(paired.items()):
+            if t.models is not None and model not in t.models:
+                continue
+            if t.stall_only and not label.endswith("+stall"):
+                continue
+            values = [t.value(q["summary"], b["summary"]) for q, b in pairs]
+            if not values or any(v is None for v in values):
+                verdicts.append(Verdict(t.key, model, label, None, len(values), 0, None, None, t.limit))
+                continue
+            vals = [float(v) for v in values if v is not None]
+            ok = sum(v <= t.limit + TOLERANCE for v in vals)
+            finite = [v for v in vals if math.isfinite(v)]
+            verdicts.append(Verdict(t.key, model, label, ok == len(vals), len(vals), ok, max(vals),
+                                    float(np.mean(finite)) if len(finite) == len(vals) else math.inf, t.limit))
+    return verdicts
+
+
+def primary(verdicts: Sequence[Verdict], target: str, model: str) -> Verdict | None:
+    """The verdict the page states for (target, model): plain ``queuepilot`` (``queuepilot+stall`` for
+    the stall-reclaim target), else the first configuration judged."""
+    cands = [v for v in verdicts if v.target == target and v.model == model]
+    for name in ("queuepilot", "queuepilot+stall"):
+        for v in cands:
+            if v.config == name:
+                return v
+    return cands[0] if cands else None
+
+
+# ------------------------------------------------------------------------------------ rendering
+def _fmt(v: float | None, spec: str = ",.0f") -> str:
+    if v is None:
+        return "n/a"
+    if math.isinf(v):
+        return "inf"
+    return format(v, spec)
+
+
+def _pct(v: float | None, digits: int = 0) -> str:
+    return "n/a" if v is None else ("inf" if math.isinf(v) else f"{v * 100:.{digits}f} %")
+
+
+def _stats(values: Sequence[float | None]) -> tuple[float | None, float | None, float | None]:
+    vals = [v for v in values if v is not None]
+    if not vals or len(vals) != len(values):
+        return None, None, None
+    if any(math.isinf(v) for v in vals):
+        return math.inf, min(vals), max(vals)
+    return float(np.mean(vals)), min(vals), max(vals)
+
+
+def _range(values: Sequence[float | None], fmt: Callable[[float | None], str]) -> str:
+    mean, lo, hi = _stats(values)
+    if mean is None:
+        return "n/a"
+    if len(values) == 1 or lo == hi:
+        return fmt(mean)
+    return f"{fmt(mean)} ({fmt(lo)}-{fmt(hi)})"
+
+
+def _val_by_class(s: Mapping[str, Any], quant: str, cls: str) -> float | None:
+    return get(s, f"wait_{quant}_s_by_class.{cls}")
+
+
+COLUMNS: tuple[tuple[str, Callable[[Mapping[str, Any]], float | None], Callable[[float | None], str], bool], ...] = (
+    # (header, value from a run record, format, show min-max over seeds)
+    ("controllable idle GPU-h", lambda r: get(r["summary"], "idle_gpu_hours_controllable"), _fmt, True),
+    ("total idle GPU-h", lambda r: get(r["summary"], "idle_gpu_hours"), _fmt, True),
+    ("allocated GPU-h", lambda r: get(r["summary"], "allocated_gpu_hours"), _fmt, False),
+    ("killed GPU-h", lambda r: get(r["summary"], "killed_gpu_hours"), lambda v: _fmt(v, ",.1f"), False),
+    ("killed / delivered", lambda r: ratio(get(r["summary"], "killed_gpu_hours"), delivered_gpu_hours(r["summary"])),
+     lambda v: _pct(v, 2), False),
+    ("task p95 s", lambda r: _val_by_class(r["summary"], "p95", "ray_task"), _fmt, False),
+    ("task p99 s", lambda r: _val_by_class(r["summary"], "p99", "ray_task"), _fmt, False),
+    ("workload p95 s", lambda r: _val_by_class(r["summary"], "p95", "workload"), _fmt, False),
+    ("workload p99 s", lambda r: _val_by_class(r["summary"], "p99", "workload"), _fmt, False),
+    ("unplaceable admissions", lambda r: get(r["summary"], "unplaceable_admissions"), lambda v: _fmt(v, ".1f"), False),
+    ("scale-downs <300 s after up", lambda r: get(r["summary"], "scale_downs_after_up_300s"),
+     lambda v: _fmt(v, ".1f"), False),
+    ("controllable idle / bound", lambda r: ratio(get(r["summary"], "idle_gpu_hours_controllable"),
+                                                   get(r["summary"], "lower_bound_idle_gpu_hours")),
+     lambda v: _fmt(v, ".2f"), False),
+    ("sim s", lambda r: float(r["secs"]), _fmt, False),
+)
+
+
+def _labels(runs: Iterable[Mapping[str, Any]]) -> list[str]:
+    order: dict[str, None] = {}
+    pols = list(POLICIES)
+    for r in sorted(runs, key=lambda r: (pols.index(r["policy"]) if r["policy"] in pols else len(pols),
+                                         r["stall_reclaim"])):
+        order[r["label"]] = None
+    return list(order)
+
+
+def model_table(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Rows = run labels, each cell the mean over seeds (min-max where marked)."""
+    lines = ["| policy | seeds | " + " | ".join(c[0] for c in COLUMNS) + " |",
+             "|---|---:|" + "---:|" * len(COLUMNS)]
+    for label in _labels(runs):
+        rs = [r for r in runs if r["label"] == label]
+        cells = []
+        for _, fn, fmt, rng in COLUMNS:
+            vals = [fn(r) for r in rs]
+            cells.append(_range(vals, fmt) if rng else fmt(_stats(vals)[0]))
+        lines.append(f"| {label} | {len(rs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+SUMMARY_COLUMNS: tuple[tuple[str, Callable[[Mapping[str, Any], Mapping[str, Any]], float | None],
+                             Callable[[float | None], str]], ...] = (
+    ("controllable idle vs ray-idle", lambda q, r: ratio(get(q, "idle_gpu_hours_controllable"),
+                                                         get(r, "idle_gpu_hours_controllable")), _pct),
+    ("total idle vs ray-idle", lambda q, r: ratio(get(q, "idle_gpu_hours"), get(r, "idle_gpu_hours")), _pct),
+    ("killed / delivered", lambda q, r: ratio(get(q, "killed_gpu_hours"), delivered_gpu_hours(q)),
+     lambda v: _pct(v, 2)),
+    *((f"{cls.replace('ray_', '')} {quant} vs ray-idle",
+       (lambda q, r, quant=quant, cls=cls: ratio(_val_by_class(q, quant, cls), _val_by_class(r, quant, cls))),
+       lambda v: "n/a" if v is None else ("inf" if math.isinf(v) else f"{(v - 1) * 100:+.0f} %"))
+      for cls in CLASSES for quant in ("p95", "p99")),
+    ("controllable idle / bound", lambda q, r: ratio(get(q, "idle_gpu_hours_controllable"),
+                                                     get(q, "lower_bound_idle_gpu_hours")), lambda v: _fmt(v, ".2f")),
+)
+
+
+def summary_section(runs: Sequence[Mapping[str, Any]], models: Sequence[str]) -> list[str]:
+    paired = pair_runs(runs)
+    lines = ["Each queuepilot configuration against ray-idle on the same trace window and failure rate: mean over "
+             "seeds x failure rates, (min-max) when they differ. Wait columns: the relative change of the "
+             "queuepilot run's percentile against ray-idle's (negative = shorter).", ""]
+    for model in models:
+        labels = [lab for (m, lab), pairs in paired.items() if m == model and pairs]
+        if not labels:
+            continue
+        order = _labels([q for lab in labels for q, _ in paired[(model, lab)][:1]])
+        n = len(paired[(model, order[0])])
+        lines += [f"### {model} ({n} paired runs per configuration)", "",
+                  "| configuration | " + " | ".join(c[0] for c in SUMMARY_COLUMNS) + " |",
+                  "|---|" + "---:|" * len(SUMMARY_COLUMNS)]
+        for lab in order:
+            pairs = paired[(model, lab)]
+            cells = [_range([fn(q["summary"], b["summary"]) for q, b in pairs], fmt) for _, fn, fmt in SUMMARY_COLUMNS]
+            lines.append(f"| {lab} | " + " | ".join(cells) + " |")
+        lines += ["", *reading(model, paired), ""]
+    return lines
+
+
+def reading(model: str, paired: Mapping[tuple[str, str], Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]]
+            ) -> list[str]:
+    """The answer for one model, in words generated from the numbers: waste removed against ray-idle,
+    the cost in wait and killed work, the distance to the bound."""
+    out = []
+    for lab in ("queuepilot", "queuepilot+stall"):
+        pairs = paired.get((model, lab)) or []
+        if not pairs:
+            continue
+        q = [p[0]["summary"] for p in pairs]
+        r = [p[1]["summary"] for p in pairs]
+
+        def mean(key: str, rows: Sequence[Mapping[str, Any]]) -> float | None:
+            return _stats([get(s, key) for s in rows])[0]
+
+        cq, cr = mean("idle_gpu_hours_controllable", q), mean("idle_gpu_hours_controllable", r)
+        tq, tr = mean("idle_gpu_hours", q), mean("idle_gpu_hours", r)
+        removed_c = None if cq is None or cr is None or cr == 0 else 1 - cq / cr
+        removed_t = None if tq is None or tr is None or tr == 0 else 1 - tq / tr
+        killed = _stats([ratio(get(s, "killed_gpu_hours"), delivered_gpu_hours(s)) for s in q])[0]
+        bound = _stats([ratio(get(s, "idle_gpu_hours_controllable"), get(s, "lower_bound_idle_gpu_hours"))
+                        for s in q])[0]
+        waits = []
+        for cls in CLASSES:
+            for quant in ("p95", "p99"):
+                a, b = mean(f"wait_{quant}_s_by_class.{cls}", q), mean(f"wait_{quant}_s_by_class.{cls}", r)
+                if a is not None and b is not None:
+                    waits.append(f"{cls} {quant} {a:,.0f} s vs {b:,.0f} s")
+
+        def verb(x: float | None) -> str:
+            if x is None:
+                return "removes n/a"
+            return f"removes {x:.0%}" if x >= 0 else f"adds {-x:.0%} to"
+
+        out.append(
+            f"- **{lab}** under `{model}` {verb(removed_c)} of ray-idle's controllable idle GPU-hours "
+            f"({_fmt(cq)} vs {_fmt(cr)} GPU-h, means) and {verb(removed_t)} its total idle ({_fmt(tq)} vs {_fmt(tr)}); "
+            f"wait ({'; '.join(waits) if waits else 'n/a'}); killed work {_pct(killed, 2)} of delivered GPU-hours; "
+            f"controllable idle {_fmt(bound, '.2f')}x the lower bound.")
+    return out
+
+
+def targets_section(runs: Sequence[Mapping[str, Any]], models: Sequence[str]) -> list[str]:
+    verdicts = evaluate_targets(runs)
+    lines = ["Against `ray-idle` on the same run (same trace window, seed and failure rate), default worker cap. "
+             "A target is **met** for a model when it holds in every paired run (every seed and failure rate); "
+             "the stated configuration is plain `queuepilot` (`queuepilot+stall` for the stall-reclaim target); "
+             "the other configurations follow on the same line.", ""]
+    for t in TARGETS:
+        lines.append(f"- **{t.text}** (limit {_limit(t)}):")
+        for model in models:
+            if t.models is not None and model not in t.models:
+                continue
+            main = primary(verdicts, t.key, model)
+            if main is None:
+                lines.append(f"  - `{model}`: not run")
+                continue
+            others = [v for v in verdicts if v.target == t.key and v.model == model and v is not main]
+            rest = "; ".join(f"{v.config}: {_word(v)} ({_vdetail(v, t)})" for v in others)
+            lines.append(f"  - `{model}`: **{_word(main).upper()}** by {main.config} ({_vdetail(main, t)})"
+                         + (f"; {rest}" if rest else ""))
+    lines += ["", "### Why", ""]
+    lines += why(runs, verdicts, models)
+    return lines
+
+
+def _limit(t: Target) -> str:
+    if t.unit.startswith("x"):
+        return f"{t.limit:g}x"
+    if t.unit == "of delivered":
+        return f"{t.limit:.0%}"
+    return f"{t.limit:g}"
+
+
+def _word(v: Verdict) -> str:
+    return "not measured" if v.met is None else ("met" if v.met else "not met")
+
+
+def _vdetail(v: Verdict, t: Target) -> str:
+    if v.met is None:
+        return "no ray-idle run to pair with" if v.runs == 0 else "the simulator does not report this number"
+    if t.unit == "of delivered":
+        worst, mean = _pct(v.worst, 2), _pct(v.mean, 2)
+    elif t.unit.startswith("x"):
+        worst, mean = _fmt(v.worst, ".3f") + "x", _fmt(v.mean, ".3f") + "x"
+    else:
+        worst, mean = _fmt(v.worst, "g"), _fmt(v.mean, ".1f")
+    return f"{v.runs_met}/{v.runs} runs; worst {worst}, mean {mean}"
+
+
+def why(runs: Sequence[Mapping[str, Any]], verdicts: Sequence[Verdict], models: Sequence[str]) -> list[str]:
+    """One paragraph per model, generated from the numbers: for each target the primary configuration
+    misses, what the numbers say about where the gap is."""
+    paired = pair_runs(runs)
+    out: list[str] = []
+    for model in models:
+        notes: list[str] = []
+        for t in TARGETS:
+            v = primary(verdicts, t.key, model)
+            if v is None or v.met is None:
+                continue
+            pairs = paired.get((model, v.config)) or []
+            q = [p[0]["summary"] for p in pairs]
+            r = [p[1]["summary"] for p in pairs]
+            if v.met:
+                continue
+            notes.append(_why_one(t, v, q, r))
+        met = [t.key for t in TARGETS if (v := primary(verdicts, t.key, model)) is not None and v.met]
+        unmeasured = [t.key for t in TARGETS if (v := primary(verdicts, t.key, model)) is not None and v.met is None]
+        head = f"**`{model}`**: met {', '.join(met) if met else 'none'}"
+        if unmeasured:
+            head += f"; not measured: {', '.join(unmeasured)} (the simulator does not report the number yet)"
+        out.append(head + (". Not met: " + " ".join(notes) if notes else ". Every measured target is met."))
+        out.append("")
+    return out
+
+
+def _mean_key(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    return _stats([get(s, key) for s in rows])[0]
+
+
+def _classes(rows: Sequence[Mapping[str, Any]]) -> str:
+    parts = []
+    for c in IDLE_CLASSES:
+        v = _mean_key(rows, f"idle_gpu_hours_by_class.{c}")
+        if v is not None:
+            parts.append((v, c))
+    if not parts:
+        return "no breakdown by class reported"
+    parts.sort(reverse=True)
+    return ", ".join(f"{c} {v:,.0f}" for v, c in parts)
+
+
+def _why_one(t: Target, v: Verdict, q: Sequence[Mapping[str, Any]], r: Sequence[Mapping[str, Any]]) -> str:
+    who = f"{v.config} ({v.runs - v.runs_met} of {v.runs} runs over the limit)"
+    if t.key == "controllable_idle":
+        return (f"*{t.key}*: {who} leaves {_fmt(_mean_key(q, 'idle_gpu_hours_controllable'))} controllable idle "
+                f"GPU-h against ray-idle's {_fmt(_mean_key(r, 'idle_gpu_hours_controllable'))} (mean "
+                f"{_fmt(v.mean, '.2f')}x, limit {t.limit:g}x); its idle GPU-h by class, largest first: {_classes(q)} "
+                f"(ray-idle: {_classes(r)}).")
+    if t.key == "total_idle":
+        ctrl, tot = _mean_key(q, "idle_gpu_hours_controllable"), _mean_key(q, "idle_gpu_hours")
+        rest = None if ctrl is None or tot is None else tot - ctrl
+        return (f"*{t.key}*: {who} leaves {_fmt(tot)} idle GPU-h against ray-idle's "
+                f"{_fmt(_mean_key(r, 'idle_gpu_hours'))} (mean {_fmt(v.mean, '.2f')}x, limit {t.limit:g}x); "
+                f"{_fmt(rest)} GPU-h of it is counted as not controllable (by class: {_classes(q)}).")
+    if t.key == "wait_tails":
+        parts = []
+        for cls in CLASSES:
+            for quant in ("p95", "p99"):
+                a = _mean_key(q, f"wait_{quant}_s_by_class.{cls}")
+                b = _mean_key(r, f"wait_{quant}_s_by_class.{cls}")
+                x = ratio(a, b)
+                if x is not None and x > t.limit + TOLERANCE:
+                    parts.append(f"{cls} {quant} {a:,.0f} s vs {b:,.0f} s")
+        return (f"*{t.key}*: {who}, worst {_fmt(v.worst, '.2f')}x; over the limit on the mean: "
+                f"{'; '.join(parts) if parts else 'none (only single runs exceed it)'}.")
+    if t.key == "killed_work":
+        return (f"*{t.key}*: {who} kills {_fmt(_mean_key(q, 'killed_gpu_hours'), ',.1f')} GPU-h of work per run "
+                f"(mean) out of {_fmt(_stats([delivered_gpu_hours(s) for s in q])[0])} delivered "
+                f"({_pct(v.mean, 2)}; tasks killed per run {_fmt(_mean_key(q, 'tasks_killed'), ',.0f')}).")
+    if t.key == "unplaceable":
+        return (f"*{t.key}*: {who}: up to {_fmt(v.worst, 'g')} admitted-but-unplaceable workloads in a run "
+                f"(unplaceable workload-hours, mean {_fmt(_mean_key(q, 'unplaceable_hours'), ',.1f')}).")
+    if t.key == "scale_down_after_up":
+        return (f"*{t.key}*: {who}: up to {_fmt(v.worst, 'g')} scale-downs within 300 s of a scale-up in a run, "
+                f"out of {_fmt(_mean_key(q, 'scale_events'))} scale events (mean).")
+    if t.key == "bound":
+        return (f"*{t.key}*: {who}: controllable idle {_fmt(_mean_key(q, 'idle_gpu_hours_controllable'))} GPU-h "
+                f"against a lower bound of {_fmt(_mean_key(q, 'lower_bound_idle_gpu_hours'))} (mean "
+                f"{_fmt(v.mean, '.2f')}x, limit {t.limit:g}x); idle by class: {_classes(q)}.")
+    return f"*{t.key}*: {who}, worst {_fmt(v.worst, '.3g')}."
+
+
+def cap_section(runs: Sequence[Mapping[str, Any]], ref: tuple[str, int, float]) -> list[str]:
+    rows = [r for r in runs if (r["model"], r["seed"], r["rate"]) == ref and not r["stall_reclaim"]]
+    caps = sorted({r["cap"] for r in rows})
+    swept = {r["policy"] for r in rows if r["cap"] != DEFAULT_CAP}
+    if len(caps) < 2:
+        return ["Not run (a single worker cap)."]
+    lines = [f"`{ref[0]}`, seed {ref[1]}, failure rate {ref[2]:g}; a team RayCluster's `maxReplicas` = its nominal "
+             f"GPU quota x the factor (`--worker-cap-factor`, `SimConfig.ray_max_quota_factor`; the matrix uses "
+             f"{DEFAULT_CAP:g}).", "",
+             "| policy | cap factor | " + " | ".join(c[0] for c in COLUMNS) + " |",
+             "|---|---:|" + "---:|" * len(COLUMNS)]
+    for label in _labels([r for r in rows if r["policy"] in swept]):
+        for cap in caps:
+            for r in rows:
+                if r["label"] == label and r["cap"] == cap:
+                    lines.append(f"| {label} | {cap:g} | " + " | ".join(fmt(fn(r)) for _, fn, fmt, _ in COLUMNS) + " |")
+    return lines
+
+
+def helios_section(runs: Sequence[Mapping[str, Any]], helios: Mapping[str, float] | None) -> list[str]:
+    shaped = [r for r in runs if r.get("shape")]
+    if not helios:
+        return ["Helios series not found (set QUEUEPILOT_SHARED)."]
+    if not shaped:
+        return ["No reference run in this matrix."]
+    r0 = shaped[0]
+    lines = [f"Pending GPUs over time, as a fraction of cluster GPUs (Helios Earth vc6YE, May 2020, 208 GPUs, per "
+             f"minute; simulation: `{r0['model']}`, seed {r0['seed']}, failure rate {r0['rate']:g}, every 5 min). "
+             "The simulated queue is the policy's own, so the check is of the trace replay's burstiness and "
+             "daily cycle, not of a policy's quality.", "",
+             "| series | time with pending GPUs | mean pending / GPUs | p95 pending / GPUs | "
+             "hour-of-day peak/trough of mean pending | CV |", "|---|---:|---:|---:|---:|---:|"]
+    for name, h in [("Helios vc6YE", helios)] + [(f"sim {r['label']}", r["shape"]) for r in shaped]:
+        lines.append(f"| {name} | {h['share_minutes_pending']:.1%} | {h['pending_mean_frac']:.3f} | "
+                     f"{h['pending_p95_frac']:.3f} | {h['hourly_peak_trough']:.1f} | {h['cv']:.1f} |")
+    return lines
+
+
+def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: str) -> str:
+    meta = data["meta"]
+    runs: list[Mapping[str, Any]] = data["runs"]
+    ref = (meta["ref"][0], int(meta["ref"][1]), float(meta["ref"][2]))
+    models = [m for m in meta["models"] if any(r["model"] == m for r in runs)]
+    main = [r for r in runs if r["cap"] == DEFAULT_CAP]
+    lines = [
+        "# Policy benchmark (trace-driven simulation, a matrix)",
+        "",
+        f"Generated {meta['date']} by `{meta['command']}`"
+        + (" (`make bench` runs it)" if meta.get("make_bench") else "") + f", git {meta['commit']}"
+        + (" with uncommitted changes in the working tree" if meta.get("dirty") else "") + ".",
+        f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} processes. Wall time "
+        f"{meta['wall_s'] / 60:.1f} min for {len(runs)} runs; summed run seconds {meta['run_s_sum']:,.0f} s "
+        f"(simulation only; trace loading {meta['load_s_sum']:,.0f} s more).",
+        "",
+        f"Workload: Philly trace (`philly-pollux/philly.csv`), {meta['hours']:g} h from {meta['start']}; utilization "
+        f"models {', '.join(f'`{m}`' for m in models)} (calibration: [utilization.md](utilization.md)); seeds "
+        f"{', '.join(str(s) for s in meta['seeds'])}; GPU failure rates {', '.join(f'{x:g}' for x in meta['rates'])} "
+        f"per GPU per day; cluster {runs[0]['total_gpus'] if runs else '?'} GPUs; per-team worker cap "
+        f"{DEFAULT_CAP:g}x the team's nominal quota (swept below). Policies: {', '.join(meta['policies'])}; "
+        f"`+stall`: the same policy with stall reclaim on (under {', '.join(meta['stall_models']) or 'no model'}). "
+        "Every run is one process: `queuepilot simulate --util-model M --seed S --gpu-failure-rate R "
+        f"--hours {meta['hours']:g} --start {meta['start']} --policies P [--stall-reclaim] [--worker-cap-factor F]` "
+        "gives the same numbers.",
+        "",
+        "Definitions (docs/simulation.md): *controllable idle* = idle-but-allocated GPU-hours a scaler could have "
+        "removed (empty, starting, idle-actor and stalled workers); *total idle* adds the idle segments inside "
+        "running jobs; *killed work* = GPU-hours of work lost to a worker deleted mid-task (redone from scratch); "
+        "*delivered* = "
+        + ("`delivered_gpu_hours`" if any(get(r["summary"], "delivered_gpu_hours") is not None for r in runs)
+           else "allocated GPU-hours (the simulator reports no `delivered_gpu_hours`)")
+        + "; *bound* = the lower bound of controllable idle GPU-hours on that run.",
+        "",
+        "## Summary: queuepilot against Ray's own autoscaler (ray-idle)",
+        "",
+        *summary_section(main, models),
+        "## Targets",
+        "",
+        *targets_section(main, models),
+    ]
+    for model in models:
+        lines += [f"## `{model}`", ""]
+        for rate in meta["rates"]:
+            rs = [r for r in main if r["model"] == model and r["rate"] == rate]
+            if not rs:
+                continue
+            seeds = sorted({r["seed"] for r in rs})
+            lines += [f"Failure rate {rate:g} per GPU per day; mean over seeds {', '.join(map(str, seeds))} "
+                      "(min-max where shown).", "", *model_table(rs), ""]
+    lines += ["## Per-team worker cap sweep", "", *cap_section(runs, ref), "",
+              "## Queue dynamics vs Helios (shape check, reported not asserted)", "", *helios_section(runs, helios), "",
+              "## Plots", "",
+              f"- `{prefix}_controllable_idle.png`: controllable idle GPU-hours per policy, one panel per model and "
+              "failure rate, bars = mean over seeds, error bars = min-max over seeds.",
+              f"- `{prefix}_wait_cdf.png`, `{prefix}_idle_gpu_hours.png`, `{prefix}_timeline.png`: the `{ref[0]}` "
+              f"seed-{ref[1]} run at failure rate {ref[2]:g}.", ""]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------- plots
+def plot_matrix(path: Path, runs: Sequence[Mapping[str, Any]], models: Sequence[str], rates: Sequence[float]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    main = [r for r in runs if r["cap"] == DEFAULT_CAP]
+    models = [m for m in models if any(r["model"] == m for r in main)]
+    if not models:
+        return
+    fig, axes = plt.subplots(len(models), 1, figsize=(10, 3.2 * len(models) + 0.4), squeeze=False)
+    width = 0.8 / max(1, len(rates))
+    for ax, model in zip(axes[:, 0], models, strict=True):
+        rs = [r for r in main if r["model"] == model]
+        labels = _labels(rs)
+        x = np.arange(len(labels))
+        for i, rate in enumerate(rates):
+            means, lo, hi = [], [], []
+            for lab in labels:
+                vals = [get(r["summary"], "idle_gpu_hours_controllable") for r in rs
+                        if r["label"] == lab and r["rate"] == rate]
+                m, a, b = _stats(vals)
+                means.append(m if m is not None else np.nan)
+                lo.append((m - a) if m is not None and a is not None else 0.0)
+                hi.append((b - m) if m is not None and b is not None else 0.0)
+            ax.bar(x + (i - (len(rates) - 1) / 2) * width, means, width, yerr=[lo, hi], capsize=3,
+                   label=f"failure rate {rate:g}")
+        ax.set_xticks(x, labels, rotation=20, fontsize=8)
+        ax.set_ylabel("controllable idle GPU-h", fontsize=8)
+        ax.set_title(model, fontsize=9, loc="left")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_reference(out: Path, prefix: str, runs: Sequence[Mapping[str, Any]]) -> None:
+    from simulator.report import plot_idle, plot_timeline, plot_wait_cdf
+
+    ref = [r for r in runs if r.get("series")]
+    if not ref:
+        return
+    engines = {r["label"]: SimpleNamespace(
+        metrics=SimpleNamespace(waits=r["series"]["waits"], timeline=r["series"]["timeline"],
+                                idle_gpu_s=r["series"]["idle_gpu_s"], allocated_gpu_s=r["series"]["allocated_gpu_s"]),
+        cluster=SimpleNamespace(total_gpus=r["total_gpus"])) for r in ref}
+    plot_wait_cdf(out / f"{prefix}_wait_cdf.png", engines)
+    plot_idle(out / f"{prefix}_idle_gpu_hours.png", engines)
+    plot_timeline(out / f"{prefix}_timeline.png", engines, ref[0]["total_gpus"])
+
+
+# -------------------------------------------------------------------------------------- helios
 def helios_shape(shared: Path) -> dict[str, float] | None:
     path = shared / HELIOS
     if not path.is_file():
@@ -66,178 +817,115 @@ def _shape(pending: np.ndarray, total: float, hours: np.ndarray) -> dict[str, fl
     }
 
 
-def sim_shape(metrics, total: int) -> dict[str, float]:
-    tl = np.asarray(metrics.timeline, dtype=float)
+def sim_shape(timeline: Sequence[Sequence[float]], total: int) -> dict[str, float]:
+    tl = np.asarray(timeline, dtype=float)
     hours = ((tl[:, 0] // 3600) % 24).astype(int)
     return _shape(tl[:, 4], float(total), hours)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+# ---------------------------------------------------------------------------------------- main
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def _csv(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        try:
+            return [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}") from None
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 2)[2] if __doc__ else None)
     p.add_argument("--trace", default=str(default_trace()))
     p.add_argument("--start", default="2017-10-03")
-    p.add_argument("--hours", type=float, default=720.0)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--gpu-failure-rate", type=float, default=0.01)
-    p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--jobs", type=int, default=2, help="processes")
+    p.add_argument("--hours", type=float, default=None, help="window length (default 720; --quick: 168)")
+    p.add_argument("--models", type=_csv(str), default=None, help=f"utilization models (default {','.join(MODELS)})")
+    p.add_argument("--seeds", type=_csv(int), default=None, help="default 1,2,3 (--quick: 1)")
+    p.add_argument("--rates", type=_csv(float), default=None, help="GPU failure rates per GPU per day "
+                   "(default 0.01,0.05; --quick: 0.01)")
+    p.add_argument("--policies", type=_csv(str), default=None, help="default: every policy the simulator has")
+    p.add_argument("--stall-models", type=_csv(str), default=["grounded"],
+                   help="models under which the queuepilot policies also run with stall reclaim ('' = none)")
+    p.add_argument("--caps", type=_csv(float), default=[1.0, 2.0, 4.0],
+                   help="worker-cap factors of the sweep ('' = no sweep)")
+    p.add_argument("--cap-policies", type=_csv(str), default=["queuepilot", BASELINE])
+    p.add_argument("--quick", action="store_true", help="development variant: 168 h, seed 1, rate 0.01, every model; "
+                   "writes policy-quick.* unless --name is given")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     p.add_argument("--out", default=str(RESULTS))
-    p.add_argument("--stress-hours", type=float, default=168.0,
-                   help="second scenario: synthetic load on a small cluster with more failures (0 = skip)")
-    p.add_argument("--stress-nodes", type=int, default=40)
-    p.add_argument("--stress-failure-rate", type=float, default=0.05)
-    args = p.parse_args(argv)
+    p.add_argument("--name", default=None, help="file prefix: NAME.md, NAME.json, NAME_*.png "
+                   "(default policy, --quick: policy-quick)")
+    p.add_argument("--render-only", action="store_true", help="re-render NAME.md and the matrix plot from NAME.json")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    name = args.name or ("policy-quick" if args.quick else "policy")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    policies = [x for x in args.policies.split(",") if x]
-    cfg = replace(SimConfig(), seed=args.seed, gpu_failure_rate=args.gpu_failure_rate)
-    main_run = run_scenario(args.trace, args.start, args.hours, cfg, policies, args.jobs)
-    total = main_run["total"]
-    engines = main_run["engines"]
-    plot_wait_cdf(out / "policy_wait_cdf.png", engines)
-    plot_idle(out / "policy_idle_gpu_hours.png", engines)
-    plot_timeline(out / "policy_timeline.png", engines, total)
+    json_path, md_path = out / f"{name}.json", out / f"{name}.md"
     shared = Path(args.trace).resolve().parents[2]
-    stress = None
-    if args.stress_hours > 0:
-        scfg = replace(SimConfig(), seed=args.seed, gpu_failure_rate=args.stress_failure_rate, nodes=args.stress_nodes)
-        stress = run_scenario("synthetic", "", args.stress_hours, scfg, STRESS_POLICIES, args.jobs)
-    text = render(args, cfg, main_run, helios_shape(shared), stress)
-    (out / "policy.md").write_text(text)
-    print(text)
+    if args.render_only:
+        data = json.loads(json_path.read_text())
+    else:
+        data = run(args, argv, json_path)
+        plot_reference(out, name, data["runs"])
+        for r in data["runs"]:  # the raw series only feed the reference plots: not kept in the JSON
+            r.pop("series", None)
+        json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    plot_matrix(out / f"{name}_controllable_idle.png", data["runs"], data["meta"]["models"], data["meta"]["rates"])
+    text = render(data, helios_shape(shared), name)
+    md_path.write_text(text)
+    print(f"wrote {md_path}, {json_path} ({len(data['runs'])} runs)", file=sys.stderr)
     return 0
 
 
-STRESS_POLICIES = ["queuepilot", "queuepilot-reclaim", "kueue-quota", "ray-idle"]
-
-
-def run_scenario(trace: str, start: str, hours: float, cfg: SimConfig, policies: list[str], jobs: int) -> dict:
-    work = [(pol, trace, start, hours, cfg) for pol in policies]
+def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str, Any]:
+    quick = args.quick
+    hours = args.hours if args.hours is not None else (168.0 if quick else 720.0)
+    models = args.models or list(MODELS)
+    seeds = args.seeds or ([1] if quick else [1, 2, 3])
+    rates = args.rates or ([0.01] if quick else [0.01, 0.05])
+    policies = args.policies or list(POLICIES)
+    unknown = [p for p in policies + args.cap_policies if p not in POLICIES]
+    if unknown:
+        raise SystemExit(f"unknown policies {unknown} (known: {', '.join(POLICIES)})")
+    stall_models = [m for m in args.stall_models if m in models]
+    cap_policies = [p for p in args.cap_policies if p in policies]
+    tasks = build_matrix(models, seeds, rates, policies, stall_models, args.caps, cap_policies)
+    ref = (models[0], seeds[0], rates[0])
+    print(f"{len(tasks)} runs on {args.jobs} processes ({hours:g} h each)", file=sys.stderr)
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        done = {pol: (m, secs, n, total) for pol, m, secs, n, total in pool.map(_run_one, work)}
-    total = next(iter(done.values()))[3]
-    return {
-        "trace": trace, "start": start, "hours": hours, "cfg": cfg, "wall": time.perf_counter() - t0,
-        "jobs": next(iter(done.values()))[2], "total": total,
-        "summaries": {pol: done[pol][0].summary() for pol in policies},
-        "secs": {pol: done[pol][1] for pol in policies},
-        "shapes": {pol: sim_shape(done[pol][0], total) for pol in policies},
-        "engines": {pol: SimpleNamespace(metrics=done[pol][0], cluster=SimpleNamespace(total_gpus=total))
-                    for pol in policies},
+    records = run_matrix(tasks, args.trace, args.start, hours, args.jobs, ref, previous_costs(json_path),
+                         progress=not args.no_progress)
+    wall = time.perf_counter() - t0
+    order = {t: i for i, t in enumerate(tasks)}
+    records.sort(key=lambda r: order[Task(r["model"], r["seed"], r["rate"], r["policy"], r["stall_reclaim"],
+                                          r["cap"])])
+    dirty = bool(_git("status", "--porcelain", "--", "simulator", "autoscaler", "benchmarks/policy.py"))
+    meta = {
+        "command": " ".join([".venv/bin/python benchmarks/policy.py", *argv]), "make_bench": not argv,
+        "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "commit": _git("rev-parse", "--short", "HEAD") or "?",
+        "dirty": dirty, "machine": f"{platform.machine()} {platform.processor() or platform.system()}".strip(),
+        "cores": os.cpu_count(), "processes": args.jobs, "wall_s": round(wall, 1),
+        "run_s_sum": round(sum(r["secs"] for r in records), 1),
+        "load_s_sum": round(sum(r["load_s"] for r in records), 1),
+        "trace": args.trace, "start": args.start, "hours": hours, "models": models, "seeds": seeds, "rates": rates,
+        "policies": policies, "stall_models": stall_models, "caps": args.caps, "cap_policies": cap_policies,
+        "ref": list(ref), "quick": quick,
     }
-
-
-def _pct(a: float, b: float) -> str:
-    return "n/a" if b == 0 else f"{(a - b) / b * 100:+.0f} %"
-
-
-def table(run: dict) -> list[str]:
-    s, secs = run["summaries"], run["secs"]
-    lines = [
-        "| policy | wait p50 s | wait p95 s | wait p99 s | GPU util of allocated | idle GPU-h | allocated GPU-h "
-        "| unplaceable admissions | unplaceable h | scale events | reversals <10 m | reversals <5 m | jobs completed "
-        "| tasks killed | admission retries | sim s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for pol, r in s.items():
-        lines.append(
-            f"| {pol} | {r['wait_p50_s']:.0f} | {r['wait_p95_s']:.0f} | {r['wait_p99_s']:.0f} | "
-            f"{r['gpu_util_allocated']:.3f} | {r['idle_gpu_hours']:.0f} | {r['allocated_gpu_hours']:.0f} | "
-            f"{r['unplaceable_admissions']} | {r['unplaceable_hours']:.1f} | {r['scale_events']} | "
-            f"{r['reversals_10m']} | {r['reversals_5m']} | {r['jobs_completed']} | {r['tasks_killed']} | "
-            f"{r['admission_retries']} | {secs[pol]:.0f} |"
-        )
-    return lines
-
-
-def render(args, cfg: SimConfig, run: dict, helios: dict | None, stress: dict | None) -> str:
-    s = run["summaries"]
-    total = run["total"]
-    cmd = (f"python benchmarks/policy.py --start {args.start} --hours {args.hours:g} --seed {args.seed} "
-           f"--gpu-failure-rate {args.gpu_failure_rate:g} --policies {args.policies} --stress-hours {args.stress_hours:g} "
-           f"--stress-nodes {args.stress_nodes} --stress-failure-rate {args.stress_failure_rate:g}")
-    lines = [
-        "# Policy benchmark (trace-driven simulation)",
-        "",
-        f"Generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by `{cmd}` (`make bench` runs it).",
-        "",
-        f"## 1. Philly, {args.hours:g} h from {args.start}",
-        "",
-        f"Same numbers from `queuepilot simulate --start {args.start} --hours {args.hours:g} "
-        f"--gpu-failure-rate {args.gpu_failure_rate:g} --seed {args.seed} --policies all --json r.json`.",
-        "",
-        f"Workload: Philly trace (`philly-pollux/philly.csv`), {run['jobs']} jobs; cluster {cfg.nodes} nodes x "
-        f"{cfg.gpus_per_node} GPUs = {total} GPUs, one flavor; 5 teams in one cohort (docs/simulation.md has the "
-        f"mapping); control interval {cfg.control_interval_s:g} s; GPU failures {args.gpu_failure_rate:g} per GPU per "
-        f"day (repair ~{cfg.repair_mean_s / 3600:g} h). Seed {args.seed}. Wall time {run['wall']:.0f} s on {args.jobs} "
-        "processes (the `sim s` column: one policy, one process).",
-        "",
-        "queuepilot's rows are the deployed controller's code path: the engine runs the controller's own "
-        "`AdmissionReconciler` and `ScalingReconciler` (`build_reconcilers`) over a `SimWriter` that applies "
-        "their writes to the simulated Kueue/KubeRay (ledger rebuild, reservation timeout, history rollback on a "
-        "refused write, counters and Events included); every baseline row uses the same admission reconciler.",
-        "",
-        *table(run),
-        "",
-    ]
-    if stress:
-        sc = stress["cfg"]
-        lines += [
-            f"## 2. Failure stress: synthetic, {stress['hours']:g} h, {sc.nodes} nodes x {sc.gpus_per_node} GPUs = "
-            f"{stress['total']} GPUs, {sc.gpu_failure_rate:g} failures per GPU per day",
-            "",
-            f"Same numbers from `queuepilot simulate --trace synthetic --hours {stress['hours']:g} --nodes {sc.nodes} "
-            f"--gpu-failure-rate {sc.gpu_failure_rate:g} --seed {sc.seed} --policies {','.join(stress['summaries'])}`. "
-            f"{stress['jobs']} jobs (the synthetic generator of docs/simulation.md, \"Workload model\").",
-            "",
-            *table(stress),
-            "",
-        ]
-    lines += ["## Targets", ""]
-    q = s.get("queuepilot")
-    if "ray-idle" in s:
-        r = s["ray-idle"]
-        for name in ("queuepilot", "queuepilot-reclaim", "oracle"):
-            if name not in s:
-                continue
-            x = s[name]
-            note = {"queuepilot-reclaim": " (idle-actor reclaim on)",
-                    "oracle": " (the bound: a scaler that knows each task's end and idle tail)"}.get(name, "")
-            lines.append(f"- **{name} vs ray-idle, idle-but-allocated GPU-hours** (Philly){note}: "
-                         f"{x['idle_gpu_hours']:.0f} vs {r['idle_gpu_hours']:.0f} "
-                         f"({_pct(x['idle_gpu_hours'], r['idle_gpu_hours'])}; target <= -30 %) at p95 wait "
-                         f"{x['wait_p95_s']:.0f} s vs {r['wait_p95_s']:.0f} s "
-                         f"({_pct(x['wait_p95_s'], r['wait_p95_s'])}; target: no worse); tasks killed "
-                         f"{x['tasks_killed']}.")
-        lines.append("  Idle-but-allocated GPU-hours count every allocated GPU under 5 %, including the idle "
-                     "segments of multi-GPU RayJobs (a third of their time, docs/simulation.md), which no "
-                     "worker-group scaler can reclaim; the oracle row shows how far scaling alone can go.")
-    for label, rr in (("Philly", run), ("stress", stress)):
-        if rr and "queuepilot" in rr["summaries"] and "kueue-quota" in rr["summaries"]:
-            qq, k = rr["summaries"]["queuepilot"], rr["summaries"]["kueue-quota"]
-            lines.append(f"- **vs kueue-quota, admitted-but-unplaceable** ({label}, failures injected): queuepilot "
-                         f"{qq['unplaceable_admissions']} ({qq['unplaceable_hours']:.1f} h) vs kueue-quota "
-                         f"{k['unplaceable_admissions']} ({k['unplaceable_hours']:.1f} h) (target: 0).")
-    if q:
-        lines.append(f"- **scale reversals inside the 300 s stabilization window** (Philly): {q['reversals_5m']} "
-                     f"(within 10 min: {q['reversals_10m']}) over {q['scale_events']} scale events (target: 0); of "
-                     f"these, scale-downs right after a scale-up: {q['down_after_up_5m']} (the rest are scale-ups on new "
-                     "demand right after an idle scale-down, which the HPA-style scale-up window of 0 s allows).")
-    lines += ["", "## Queue dynamics vs Helios (shape check, reported not asserted)", ""]
-    if helios:
-        lines += ["Pending GPUs over time, as a fraction of cluster GPUs (Helios Earth vc6YE, May 2020, 208 GPUs, per "
-                  "minute; simulation: every 5 min).", "",
-                  "| series | time with pending GPUs | mean pending / GPUs | p95 pending / GPUs | "
-                  "hour-of-day peak/trough of mean pending | CV |", "|---|---:|---:|---:|---:|---:|"]
-        rows = [("Helios vc6YE", helios)] + [(f"sim {pol}", run["shapes"][pol]) for pol in s]
-        for name, h in rows:
-            lines.append(f"| {name} | {h['share_minutes_pending']:.1%} | {h['pending_mean_frac']:.3f} | "
-                         f"{h['pending_p95_frac']:.3f} | {h['hourly_peak_trough']:.1f} | {h['cv']:.1f} |")
-    else:
-        lines.append("Helios series not found (set QUEUEPILOT_SHARED).")
-    lines += ["", "Plots (Philly run): `policy_wait_cdf.png`, `policy_idle_gpu_hours.png`, `policy_timeline.png`.", ""]
-    return "\n".join(lines) + "\n"
+    return {"meta": meta, "runs": records}
 
 
 if __name__ == "__main__":
