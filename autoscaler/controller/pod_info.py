@@ -82,23 +82,38 @@ def _kueue_owner(
     return candidates[0] if len(candidates) == 1 else None
 
 
-def _ray_workload(snap: ClusterSnapshot, rc: RayClusterState) -> WorkloadState | None:
-    origin = rc.labels.get(RAY_ORIGIN_NAME_LABEL)
-    kind = rc.labels.get(RAY_ORIGIN_KIND_LABEL, "RayJob")
-    for w in snap.workloads.values():
-        if w.namespace != rc.namespace or w.finished:
-            continue
-        if (w.owner_kind == "RayCluster" and w.owner_name == rc.name) or (
-            origin and w.owner_kind == kind and w.owner_name == origin
-        ):
-            return w
-    return None
+class _Workloads:
+    """The snapshot's Workloads indexed once per render: by namespace (in snapshot order) and by
+    (namespace, owner kind, owner name) (first unfinished one in snapshot order), so each pod costs a
+    look-up in its namespace instead of a scan of every Workload of the cluster."""
+
+    def __init__(self, snap: ClusterSnapshot) -> None:
+        self.by_namespace: dict[str, list[WorkloadState]] = {}
+        self.by_owner: dict[tuple[str, str, str], tuple[int, WorkloadState]] = {}
+        for i, w in enumerate(snap.workloads.values()):
+            self.by_namespace.setdefault(w.namespace, []).append(w)
+            if not w.finished and w.owner_kind and w.owner_name:
+                self.by_owner.setdefault((w.namespace, w.owner_kind, w.owner_name), (i, w))
+
+    def in_namespace(self, namespace: str) -> list[WorkloadState]:
+        return self.by_namespace.get(namespace, [])
+
+    def of_ray_cluster(self, rc: RayClusterState) -> WorkloadState | None:
+        """The first unfinished Workload (snapshot order) owned by the RayCluster itself or by the
+        RayJob (or other kind) its origin labels name."""
+        origin = rc.labels.get(RAY_ORIGIN_NAME_LABEL)
+        kind = rc.labels.get(RAY_ORIGIN_KIND_LABEL, "RayJob")
+        found = [self.by_owner.get((rc.namespace, "RayCluster", rc.name))]
+        if origin:
+            found.append(self.by_owner.get((rc.namespace, kind, origin)))
+        hits = [f for f in found if f is not None]
+        return min(hits, key=lambda f: f[0])[1] if hits else None
 
 
 def pod_info(snapshot: ClusterSnapshot, kueue_pods: Iterable[KueuePod] = ()) -> list[dict[str, str]]:
     """Label sets of ``queuepilot_pod_info``, one per GPU-holding pod, sorted by (namespace, pod)."""
     out: dict[tuple[str, str], dict[str, str]] = {}
-    workloads = list(snapshot.workloads.values())
+    index = _Workloads(snapshot)
 
     def put(namespace: str, pod: str, **labels: str) -> None:
         row = dict.fromkeys(LABELS, "")
@@ -108,7 +123,7 @@ def pod_info(snapshot: ClusterSnapshot, kueue_pods: Iterable[KueuePod] = ()) -> 
     # Ray workers
     for key in sorted(snapshot.ray_clusters):
         rc = snapshot.ray_clusters[key]
-        w = _ray_workload(snapshot, rc)
+        w = index.of_ray_cluster(rc)
         local_queue = rc.queue_name or (w.local_queue if w else "")
         cluster_queue = rc.cluster_queue or (w.cluster_queue if w else None) or snapshot.cluster_queue_of(
             rc.namespace, local_queue,
@@ -131,7 +146,7 @@ def pod_info(snapshot: ClusterSnapshot, kueue_pods: Iterable[KueuePod] = ()) -> 
         lq = p.labels.get(LOCAL_QUEUE_LABEL, "")
         cq = p.labels.get(CLUSTER_QUEUE_LABEL, "") or snapshot.cluster_queue_of(p.namespace, lq) or ""
         podset = p.labels.get(PODSET_LABEL)
-        owner = _kueue_owner(workloads, p, lq, podset)
+        owner = _kueue_owner(index.in_namespace(p.namespace), p, lq, podset)
         put(
             p.namespace, p.name, local_queue=lq or (owner.local_queue if owner else ""),
             cluster_queue=cq or ((owner.cluster_queue or "") if owner else ""),
@@ -144,7 +159,7 @@ def pod_info(snapshot: ClusterSnapshot, kueue_pods: Iterable[KueuePod] = ()) -> 
         for gpu in snapshot.nodes[node_name].gpus:
             if gpu.pod is None or (gpu.pod.namespace, gpu.pod.name) in out:
                 continue
-            owner = _by_job_name(workloads, gpu.pod.namespace, gpu.pod.name)
+            owner = _by_job_name(index.in_namespace(gpu.pod.namespace), gpu.pod.namespace, gpu.pod.name)
             put(
                 gpu.pod.namespace, gpu.pod.name,
                 local_queue=owner.local_queue if owner else "",
