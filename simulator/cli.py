@@ -5,6 +5,14 @@ Examples::
     queuepilot simulate --trace ../shared/traces/philly-pollux/philly.csv --start 2017-10-03 --hours 720 \\
         --policies queuepilot,ray-idle,kueue-quota --gpu-failure-rate 0.02 --seed 1 --json out.json --out out/
     queuepilot simulate --trace synthetic --hours 48 --policies all
+    queuepilot simulate --hours 168 --policies queuepilot,ray-idle --util-model grounded --stall-reclaim
+    queuepilot simulate --clusters 3 --nodes 88 --hours 168 --gpu-failure-rate 0.05 \
+        --dispatchers all-at-once,incremental,capacity
+
+``--stall-reclaim`` opts every team's ClusterQueue in to the controller's stall reclaim (config
+``stall.deactivate_cluster_queues``) under the queuepilot policies: a workload whose GPUs all sit under
+5 % for the stall window is deactivated (``spec.active: false``) and Kueue releases its quota.
+``--clusters N`` runs the multi-cluster (MultiKueue dispatcher) simulation instead (simulator/fleet_cli.py).
 
 Every flag can also be set as QUEUEPILOT_<FLAG> (e.g. QUEUEPILOT_SEED=3; on/off flags take
 1/true/yes/on or 0/false/no/off).  Bad input is one line on stderr and exit status 2.
@@ -27,6 +35,7 @@ from typing import Any
 from servicekit.argtypes import count, positive_seconds
 from servicekit.envflags import EnvError, HelpFormatter, apply_env
 from simulator.engine import POLICIES, Engine, SimConfig
+from simulator.utilization import DEFAULT_MODEL, MODELS
 from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
 
 log = logging.getLogger("queuepilot.simulate")
@@ -58,6 +67,13 @@ def positive_hours(text: str) -> float:
     return _number(text, allow_zero=False)
 
 
+def positive_factor(text: str) -> float:
+    return _number(text, allow_zero=False)
+
+
+REMOVED_POLICIES: dict[str, str] = {}  # name -> why it is gone (the CLI still names it)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="queuepilot simulate", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
@@ -76,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between scaling decisions (the controller's resync)")
     p.add_argument("--json", default=None, help="write the per-policy results here (default: stdout)")
     p.add_argument("--out", default=None, help="write timelines (CSV) and plots (PNG) into this directory")
+    p.add_argument("--util-model", choices=sorted(MODELS), default=DEFAULT_MODEL,
+                   help="how each job's GPU utilization moves over its run (docs/simulation.md, 'Utilization')")
+    p.add_argument("--stall-reclaim", action="store_true", default=False,
+                   help="queuepilot policies: deactivate stalled workloads (every ClusterQueue opted in)")
+    p.add_argument("--worker-cap-factor", type=positive_factor, default=SimConfig().ray_max_quota_factor,
+                   help="a team RayCluster's maxReplicas = its nominal GPU quota x this (the per-team cap)")
     p.add_argument("--no-progress", action="store_true", default=False, help="no progress bar")
     return p
 
@@ -97,15 +119,21 @@ def parse_policies(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
         return list(POLICIES)
+    gone = [n for n in names if n in REMOVED_POLICIES]
+    if gone:
+        raise ValueError(f"policy {gone[0]!r} was removed: {REMOVED_POLICIES[gone[0]]}")
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
         raise ValueError(f"unknown policies {unknown} (known: {', '.join(POLICIES)})")
     return names
 
 
-def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int) -> TraceWindow:
+def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
+                util_model: str = DEFAULT_MODEL) -> TraceWindow:
+    if util_model not in MODELS:
+        raise ValueError(f"unknown utilization model {util_model!r} (known: {', '.join(sorted(MODELS))})")
     if trace == "synthetic":
-        return synthetic(hours, seed, max_gpus)
+        return synthetic(hours, seed, max_gpus, util_model=util_model)
     path = Path(trace)
     if not path.is_file():
         raise FileNotFoundError(f"trace not found: {path} (set QUEUEPILOT_SHARED or pass --trace)")
@@ -113,7 +141,7 @@ def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int) 
         begin = parse_start(start)
     except ValueError:
         raise ValueError(f"--start {start!r} is not an ISO date/time (e.g. 2017-10-03 or 2017-10-03T08:00)") from None
-    window = load_philly(path, begin, hours, seed, max_gpus)
+    window = load_philly(path, begin, hours, seed, max_gpus, util_model=util_model)
     first, last = window.trace_range
     if first is not None and last is not None and not first <= begin <= last:
         raise ValueError(f"--start {start} is outside the trace, which runs from {first:%Y-%m-%d %H:%M} "
@@ -130,13 +158,10 @@ def results(engines: dict[str, Engine], meta: dict[str, Any],
 
 
 # ------------------------------------------------------------------ right-sizing over the run
-RECOMMEND_EVERY_S = 3600.0  # one right-sizing observation per simulated hour (the engine's progress step)
-
-
 def recommendation_rows(recs: list[Any]) -> list[dict[str, Any]]:
     """The ``recommendations`` of one policy in the --json output: one object per worker group, as the
     ``queuepilot.io/recommendation`` annotation has it, with ``namespace`` and ``raycluster``;
-    ``idle_gpu_hours``: the idle GPU-hours the recommendation would have saved over the run."""
+    ``idle_gpu_hours``: the idle GPU-hours the recommendation would have saved over its history."""
     from autoscaler.core.rightsizing import entry_of
 
     rows = []
@@ -149,41 +174,31 @@ def recommendation_rows(recs: list[Any]) -> list[dict[str, Any]]:
 
 def run_recommending(jobs: Any, window_s: float, policies: list[str], cfg: SimConfig,
                      progress_factory: Any = None) -> tuple[dict[str, Engine], dict[str, list[dict[str, Any]]]]:
-    """``run_policies``, with the controller's right-sizing feed (``controller.recommend.RightsizingFeed``)
-    observing each policy's simulated cluster once per simulated hour over the whole run (history kept
-    for the whole window): the engines and, per policy, ``recommendation_rows`` at the end."""
-    from autoscaler.controller.recommend import RIGHTSIZING_POLICY, RightsizingFeed
-
+    """Run each policy; per policy, the right-sizing recommendations the controller's own
+    ``RecommendationReconciler`` published in the engine at the end of the run (``recommendation_rows``)."""
     engines: dict[str, Engine] = {}
     rows: dict[str, list[dict[str, Any]]] = {}
     for name in policies:
-        inner = progress_factory(name) if progress_factory else None
-        feed = RightsizingFeed(RIGHTSIZING_POLICY, step_s=RECOMMEND_EVERY_S, keep_s=window_s + 2 * 86400.0)
-        holder: list[Engine] = []
-        last: list[Any] = []
-
-        def progress(t: float, inner: Any = inner, feed: RightsizingFeed = feed, holder: list[Engine] = holder,
-                     last: list[Any] = last) -> None:
-            if inner is not None:
-                inner(t)
-            if holder and (recs := feed.step(holder[0].snapshot(t), t)) is not None:
-                last[:] = recs
-
-        eng = Engine(jobs, window_s, name, cfg, progress)
-        holder.append(eng)
+        prog = progress_factory(name) if progress_factory else None
+        eng = Engine(jobs, window_s, name, cfg, prog)
         eng.run()
         engines[name] = eng
-        rows[name] = recommendation_rows(last)
+        rows[name] = recommendation_rows(list(eng.context.published.recommendations))
     return engines, rows
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv_list = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--clusters" or a.startswith("--clusters=") for a in argv_list):
+        from simulator.fleet_cli import main as fleet_main
+
+        return fleet_main(argv_list)
     parser = build_parser()
     try:
         apply_env(parser)
     except EnvError as e:
         parser.error(str(e))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv_list)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         policies = parse_policies(args.policies)
@@ -192,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             check_writable(Path(args.json), directory=False)
         cfg = replace(SimConfig(), nodes=args.nodes, gpu_failure_rate=args.gpu_failure_rate, seed=args.seed,
-                      control_interval_s=args.control_interval)
-        window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node)
+                      control_interval_s=args.control_interval, stall_reclaim=args.stall_reclaim,
+                      ray_max_quota_factor=args.worker_cap_factor)
+        window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node,
+                             util_model=args.util_model)
     except (ValueError, FileNotFoundError) as e:
         print(f"queuepilot simulate: {e}", file=sys.stderr)
         return 2
@@ -207,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         "trace": args.trace, "start": args.start if args.trace != "synthetic" else None, "hours": args.hours,
         "seed": args.seed, "gpu_failure_rate": args.gpu_failure_rate, "nodes": cfg.nodes,
         "gpus_per_node": cfg.gpus_per_node, "jobs": len(window.jobs), "dropped_too_large": window.dropped_too_large,
-        "control_interval_s": cfg.control_interval_s, "command": "queuepilot simulate " + " ".join(argv or sys.argv[1:]),
+        "control_interval_s": cfg.control_interval_s, "util_model": args.util_model,
+        "stall_reclaim": args.stall_reclaim, "worker_cap_factor": cfg.ray_max_quota_factor, "command": "queuepilot simulate " + " ".join(argv_list),
     }
     out = results(engines, meta, recommendations)
     text = json.dumps(out, indent=2, sort_keys=True)

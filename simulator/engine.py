@@ -41,6 +41,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -48,9 +49,18 @@ from prometheus_client import CollectorRegistry
 from autoscaler.controller.admission import AdmissionReconciler
 from autoscaler.controller.context import ControllerContext
 from autoscaler.controller.counters import ControllerCounters
+from autoscaler.controller.recommend import RecommendationReconciler
 from autoscaler.controller.reconcilers import build_reconcilers
 from autoscaler.controller.scaling import ScalingReconciler
-from autoscaler.core.snapshot import CHECK_PENDING, CHECK_READY, ClusterSnapshot
+from autoscaler.controller.stall import StallReconciler
+from autoscaler.core.snapshot import (
+    CHECK_PENDING,
+    CHECK_READY,
+    ClusterSnapshot,
+    NodeState,
+    WorkloadState,
+    frozen_map,
+)
 from simulator.baselines import (
     GroupView,
     HpaScaler,
@@ -74,9 +84,10 @@ from simulator.kueue import (
     SimKueue,
     SimWorkload,
 )
-from simulator.metrics import IDLE_UTIL, RunMetrics
+from simulator.metrics import IDLE_CLASSES, IDLE_UTIL, RunMetrics, lower_bound_idle_s
 from simulator.ray import SimRayCluster, SimWorker
 from simulator.snapshot import CHECK_NAME, POD_SET, SnapshotBuilder
+from simulator.utilization import SEGMENT_S
 from simulator.workload import TASK, Job, team_gpu_shares
 from simulator.writer import SimWriter
 
@@ -99,7 +110,8 @@ class SimConfig:
     seed: int = 0
     timeline_interval_s: float = 300.0
     check_invariants: bool = False
-    ray_max_quota_factor: float = 2.0  # a team RayCluster's maxReplicas = its nominal GPU quota x this
+    ray_max_quota_factor: float = 2.0  # a team RayCluster's maxReplicas = its nominal GPU quota x this (--worker-cap-factor)
+    stall_reclaim: bool = False  # queuepilot policies: every ClusterQueue opted in to stall deactivation
     teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
 
 
@@ -205,10 +217,14 @@ class Engine:
         self._pass_at: float | None = None
         self._pass_queued: set[float] = set()  # times with a "pass" event on the heap
         self._operator_batched = False
-        self._utils: dict[str, tuple[int, float, tuple[float, ...], int]] = {}  # team -> _worker_utils cache
+        self._utils: dict[str, tuple[Any, ...]] = {}  # team -> _worker_utils cache
         self.last_decisions: deque[str] = deque(maxlen=50)  # baseline scale changes (queuepilot's: published)
         self.policy_name = policy
         self.policy = make_policy(policy, self.cfg.teams, self.static_replicas)
+        if self.cfg.stall_reclaim and self.policy.queuepilot_scaling:
+            # the controller's opt-in (config ``stall.deactivate_cluster_queues``) for every team's queue
+            self.policy.settings = {**self.policy.settings,
+                                    "stall": {"deactivate_cluster_queues": [f"cq-{t}" for t in self.cfg.teams]}}
         self.checks_active: dict[str, bool] = {CHECK_NAME: False} if self.policy.with_check else {}
         self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.with_check)
         # the controller's reconcilers, acting on this world through a SimWriter
@@ -219,12 +235,42 @@ class Engine:
                                          settings=dict(self.policy.settings), writer=self.writer)
         self.admission: AdmissionReconciler | None = None
         self.scaling: ScalingReconciler | None = None
+        self.stall: StallReconciler | None = None
+        self.recommend: RecommendationReconciler | None = None
         self.drive_reconcilers = drive_reconcilers
+        # every reconciler build_reconcilers returns runs each control pass, in its order (one
+        # decide -> act -> explain path), except the parts a policy swaps: no admission check
+        # (kueue-quota) or a baseline's scaler in place of the ScalingReconciler
+        self.reconcilers: list[Any] = []
         for r in build_reconcilers(self.context):
-            if isinstance(r, AdmissionReconciler) and self.policy.with_check:
+            if isinstance(r, AdmissionReconciler):
+                if not self.policy.with_check:
+                    continue
                 self.admission = r
-            elif isinstance(r, ScalingReconciler) and self.policy.queuepilot_scaling:
+            elif isinstance(r, ScalingReconciler):
+                if not self.policy.queuepilot_scaling:
+                    continue
                 self.scaling = r
+            elif isinstance(r, StallReconciler):
+                self.stall = r
+            elif isinstance(r, RecommendationReconciler):
+                self.recommend = r
+            self.reconcilers.append(r)
+        # accounting (docs/simulation.md, "Accounting"): RayJobs' idle class kept per workload and
+        # summed incrementally (recomputed at its profile's next change point), busy intervals per team
+        self._rj: dict[str, tuple[float, float, str | None, bool, int]] = {}  # name -> (until, used, class, unavoidable, gpus)
+        self._rj_heap: list[tuple[float, int, str]] = []
+        self._rj_used = 0.0
+        self._rj_classes: dict[str, int] = dict.fromkeys(IDLE_CLASSES, 0)
+        self._rj_unavoidable = 0
+        self._busy: dict[str, list[list[float]]] = {t: [] for t in self.cfg.teams}  # team -> [start, end]
+        self._open_busy: dict[str, list[float]] = {}  # worker name -> its task's busy interval
+        # the GPU signal the reconcilers see (utilization per GPU, by pod), kept up to date incrementally
+        self._pod_util: dict[str, float] = {}
+        self._dirty_nodes: set[str] = set()
+        self._node_overlay: dict[str, tuple[NodeState, NodeState]] = {}
+        self._nodes_map: tuple[Any, Any] | None = None
+        self._wl_overlay: dict[str, tuple[WorkloadState, WorkloadState]] = {}
         if self.policy.baseline is not None:
             for t, sc in self.policy.baseline.scalers.items():
                 if isinstance(sc, StaticScaler):
@@ -264,6 +310,8 @@ class Engine:
                          rc.startup_s, self.arrivals_within(team, now, now + rc.startup_s))
 
     def snapshot(self, now: float) -> ClusterSnapshot:
+        for rc in self.rays.values():  # workers whose task's utilization moved are observed anew
+            self._worker_utils(rc, now)
         return self.snapshots.build(now, self.workloads.values(), self.rays.values(), self.checks_active)
 
     # ------------------------------------------------------- the SimWorld the SimWriter acts on
@@ -304,14 +352,25 @@ class Engine:
         self.request_pass(w.backoff_until)
 
     def kueue_check_rejected(self, w: SimWorkload, message: str) -> None:
-        """Kueue: Rejected -> deactivated (``spec.active: false``), quota released."""
-        self.metrics.rejected += 1
+        """Kueue: Rejected -> deactivated (``spec.active: false``), quota released.  A running workload
+        (the stall reclaim's deactivation) is evicted: its pods go, and the work it had left is lost."""
+        if w.state == RUNNING:
+            self.metrics.deactivated += 1
+            self._stop_rayjob(w, killed=True)
+        else:
+            self.metrics.rejected += 1
+            if w in self.unplaced:
+                self.unplaced.remove(w)
+                if w.unplaceable_since is not None:
+                    self.metrics.unplaceable_s += self.now - w.unplaceable_since
+                    w.unplaceable_since = None
         self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
         w.check_message = message
         w.state = INACTIVE
         w.version += 1
         self.workloads.pop(w.name, None)
         self.snapshots.forget(w)
+        self.request_pass()
 
     def kuberay_patch(self, rc: SimRayCluster, *, replicas: int | None, workers_to_delete: tuple[str, ...] | None,
                       min_replicas: int | None, max_replicas: int | None, reason: str) -> None:
@@ -373,6 +432,7 @@ class Engine:
                 next_progress = self.now + 3600.0
         self.now = self.window_s
         self._finish()
+        self.metrics.lower_bound_idle_gpu_s = self.lower_bound_idle_s()
         await self.writer.close()
         if self.progress is not None:
             self.progress(self.window_s)
@@ -417,6 +477,9 @@ class Engine:
             rc.epoch += 1
             wk.busy_until = self.now + job.duration
             wk.tail_until = wk.busy_until + job.idle_tail
+            iv = [self.now, self.now + _work_s(job)]
+            self._busy[rc.team].append(iv)
+            self._open_busy[wk.name] = iv
             self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
             if job.id not in self._started:
                 self._started.add(job.id)
@@ -485,10 +548,16 @@ class Engine:
         wk = rc.workers.pop(name)
         rc.epoch += 1
         self.snapshots.forget_worker(name)
+        iv = self._open_busy.pop(name, None)
         if wk.task is not None and self.now < wk.busy_until:
             rc.queue.appendleft((wk.task, self.now))  # killed mid-work: restarts from scratch
             self.metrics.tasks_killed += 1
             rc.killed_tasks += 1
+            # the work done so far is lost (the task restarts): its elapsed busy time x its GPU
+            self.metrics.record_killed(min(self.now - wk.started(), _work_s(wk.task)))
+            if iv is not None and iv[1] > self.now:
+                iv[1] = self.now
+        self._pod_util.pop(f"{rc.namespace}/{name}", None)
         self.cluster.release(f"{rc.namespace}/{name}")
         self.kueue.release(rc.cq, rc.flavor, 1)
         rc.version += 1
@@ -548,18 +617,31 @@ class Engine:
             w.unplaceable_since = None
         self.metrics.record_wait("rayjob", self.now - job.submit)
         self.push(self.now + self.cfg.rayjob_startup_s + job.duration, "rayjob_end", w)
+        self._rj_set(w, self.now)
         return True
 
     def _on_rayjob_end(self, w: SimWorkload) -> None:
-        for i in range(w.job.pods):
-            self.cluster.release(f"{w.namespace}/{w.name}-{i}")
+        if w.state != RUNNING:  # deactivated (stall reclaim) before its end
+            return
+        self._stop_rayjob(w, killed=False)
         self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
         w.state = FINISHED
         self.metrics.jobs_completed += 1
         self.workloads.pop(w.name, None)
-        self.run_start.pop(w.name, None)
         self.snapshots.forget(w)
         self.request_pass()
+
+    def _stop_rayjob(self, w: SimWorkload, *, killed: bool) -> None:
+        """A running RayJob's pods go (it ended, or was evicted: then the work it had left is lost)."""
+        start = self.run_start.pop(w.name, None)
+        if killed and start is not None:
+            t = self.now - start - self.cfg.rayjob_startup_s
+            self.metrics.record_killed(max(0.0, _work_s(w.job) - max(0.0, t)) * w.gpus)
+        for i in range(w.job.pods):
+            pod = f"{w.namespace}/{w.name}-{i}"
+            self.cluster.release(pod)
+            self._pod_util.pop(pod, None)
+        self._rj_drop(w.name)
 
     # ------------------------------------------------------------------------------ failures
     def _schedule_failure(self, now: float) -> None:
@@ -591,13 +673,11 @@ class Engine:
         # who wrote), which also retries the workers that quota or GPUs held back before
         self._operator_batched = True
         try:
-            if self.drive_reconcilers and (self.admission is not None or self.scaling is not None):
-                # the controller's resync pass: one snapshot, admission then scaling
-                snap = self.snapshot(now)
-                if self.admission is not None:
-                    await self.admission.reconcile(snap, now)
-                if self.scaling is not None:
-                    await self.scaling.reconcile(snap, now)
+            if self.drive_reconcilers and self.reconcilers:
+                # the controller's resync pass: one snapshot (with the GPU signal), every reconciler in turn
+                snap = self.observed_snapshot(now)
+                for r in self.reconcilers:
+                    await r.reconcile(snap, now)
             if self.policy.baseline is not None:
                 views = {t: self.group_view(t, now) for t in self.policy.baseline.scalers}
                 for team, action in self.policy.baseline.decide(views).items():
@@ -624,42 +704,197 @@ class Engine:
 
     def usage_now(self) -> tuple[int, float, int]:
         """(allocated GPUs, used GPU-equivalents, allocated GPUs under the idle threshold) now."""
+        allocated, used, classes, _ = self.usage_classes()
+        return allocated, used, sum(classes.values())
+
+    def usage_classes(self) -> tuple[int, float, dict[str, int], int]:
+        """(allocated GPUs, used GPU-equivalents, idle GPUs by class, idle GPUs no scaler can avoid) now.
+
+        Ray workers: per team, cached until a worker comes, goes or changes task (``rc.epoch``), becomes
+        ready, ends its work or its task's utilization may change; RayJobs: kept per workload and summed
+        incrementally, each recomputed at its own next change point.  O(changes), not O(GPUs), per sample."""
         now = self.now
         allocated = self.cluster.allocated_gpus()
         used = 0.0
-        idle = 0
+        classes = dict.fromkeys(IDLE_CLASSES, 0)
+        unavoidable = 0
         for rc in self.rays.values():
-            utils, rc_idle = self._worker_utils(rc, now)
-            for u in utils:  # one by one, in the workers' order: the same float sum as ever
+            utils, _, rc_classes, rc_unav = self._worker_utils(rc, now)
+            for u in utils:  # one by one, in the workers' order
                 used += u
-            idle += rc_idle
-        for name, start in self.run_start.items():
-            w = self.workloads.get(name)
-            if w is None:
-                continue
-            t = now - start - self.cfg.rayjob_startup_s
-            u = w.job.util_at(t) if t >= 0 else 0.0
-            used += u * w.gpus
-            if u < IDLE_UTIL:
-                idle += w.gpus
-        return allocated, used, idle
+            for k, n in zip(IDLE_CLASSES, rc_classes, strict=True):
+                classes[k] += n
+            unavoidable += rc_unav
+        self._rj_refresh(now)
+        used += self._rj_used
+        for k, n in self._rj_classes.items():
+            classes[k] += n
+        unavoidable += self._rj_unavoidable
+        return allocated, used, classes, unavoidable
 
-    def _worker_utils(self, rc: SimRayCluster, now: float) -> tuple[tuple[float, ...], int]:
-        """Each worker's GPU utilization now (in ``rc.workers`` order) and how many idle, cached until a
-        worker comes, goes or changes task (``rc.epoch``) or a busy period ends."""
+    def _worker_utils(self, rc: SimRayCluster, now: float) -> tuple[tuple[float, ...], int, tuple[int, ...], int]:
+        """Each worker's GPU utilization now (in ``rc.workers`` order), how many are idle, the idle ones
+        by class (``IDLE_CLASSES`` order) and how many of those no scaler avoids (a task's own start-up);
+        cached until a worker comes, goes or changes task (``rc.epoch``), becomes ready, ends its work or
+        its task's utilization may change."""
         cached = self._utils.get(rc.team)
         if cached is not None and cached[0] == rc.epoch and now < cached[1]:
-            return cached[2], cached[3]
-        utils = tuple(wk.util(now) for wk in rc.workers.values())
-        idle = sum(1 for u in utils if u < IDLE_UTIL)
-        until = min((wk.busy_until for wk in rc.workers.values() if wk.task is not None and wk.busy_until > now),
-                    default=math.inf)
-        self._utils[rc.team] = (rc.epoch, until, utils, idle)
-        return utils, idle
+            return cached[2], cached[3], cached[4], cached[5]
+        utils = []
+        counts = [0, 0, 0, 0, 0]  # empty, starting, idle_actor, stalled, in_job
+        moved = False
+        unavoidable = 0
+        until = math.inf
+        for wk in rc.workers.values():
+            u = 0.0
+            if now < wk.ready_at:
+                counts[1] += 1
+                until = min(until, wk.ready_at)
+            elif wk.task is None:
+                counts[0] += 1
+            elif now >= wk.busy_until:
+                counts[2] += 1  # the actor's idle tail: Ray counts it busy, the GPU does nothing
+            else:
+                start = wk.busy_until - wk.task.duration
+                t = now - start
+                u = wk.task.util_at(t)
+                until = min(until, wk.busy_until, start + _next_change(wk.task, t))
+                if u < IDLE_UTIL:
+                    phase = wk.task.phase_at(t)
+                    if phase == "stalled":
+                        counts[3] += 1
+                    elif phase == "starting":
+                        counts[1] += 1
+                        unavoidable += 1
+                    else:
+                        counts[4] += 1
+            utils.append(u)
+            pod = f"{rc.namespace}/{wk.name}"
+            if self._pod_util.get(pod) != u:
+                self._pod_util[pod] = u
+                self._mark_dirty(pod)
+                if wk.task is not None and now < wk.busy_until:
+                    # the task's utilization moved (a phase or segment change): the worker is observed
+                    # anew (new generation: views cached by it are rebuilt); its end event follows it
+                    wk.generation += 1
+                    self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
+                    moved = True
+        if moved:
+            rc.epoch += 1
+        out = (tuple(utils), sum(counts), tuple(counts), unavoidable)
+        self._utils[rc.team] = (rc.epoch, until, *out)
+        return out
+
+    # ---- RayJobs, incrementally
+    def _rj_eval(self, w: SimWorkload, start: float, now: float) -> tuple[float, float, str | None, bool, int]:
+        t = now - start - self.cfg.rayjob_startup_s
+        gpus = w.gpus
+        if t < 0:  # the RayJob's own cluster is starting: unavoidable
+            return start + self.cfg.rayjob_startup_s, 0.0, "starting", True, gpus
+        job = w.job
+        u = job.util_at(t)
+        until = start + self.cfg.rayjob_startup_s + _next_change(job, t)
+        if u >= IDLE_UTIL:
+            return until, u * gpus, None, False, gpus
+        phase = job.phase_at(t)
+        if phase == "stalled":
+            return until, u * gpus, "stalled", False, gpus
+        if phase == "starting":
+            return until, u * gpus, "starting", True, gpus
+        return until, u * gpus, "in_job", False, gpus
+
+    def _rj_set(self, w: SimWorkload, now: float) -> None:
+        self._rj_drop(w.name)
+        start = self.run_start[w.name]
+        e = self._rj_eval(w, start, now)
+        self._rj[w.name] = e
+        self._rj_used += e[1]
+        if e[2] is not None:
+            self._rj_classes[e[2]] += e[4]
+        if e[3]:
+            self._rj_unavoidable += e[4]
+        self._seq += 1
+        heapq.heappush(self._rj_heap, (e[0], self._seq, w.name))
+        u = e[1] / e[4] if e[4] else 0.0
+        for i in range(w.job.pods):
+            pod = f"{w.namespace}/{w.name}-{i}"
+            if self._pod_util.get(pod) != u:
+                self._pod_util[pod] = u
+                self._mark_dirty(pod)
+
+    def _rj_drop(self, name: str) -> None:
+        e = self._rj.pop(name, None)
+        if e is None:
+            return
+        self._rj_used -= e[1]
+        if e[2] is not None:
+            self._rj_classes[e[2]] -= e[4]
+        if e[3]:
+            self._rj_unavoidable -= e[4]
+        if not self._rj:
+            self._rj_used = 0.0  # no drift carried over an empty cluster
+
+    def _rj_refresh(self, now: float) -> None:
+        heap = self._rj_heap
+        while heap and heap[0][0] <= now:
+            until, _, name = heapq.heappop(heap)
+            e = self._rj.get(name)
+            if e is not None and e[0] == until:
+                w = self.workloads.get(name)
+                if w is not None and name in self.run_start:
+                    self._rj_set(w, now)
+
+    # ---- the GPU signal the reconcilers see
+    def _mark_dirty(self, pod: str) -> None:
+        for node, _ in self.cluster.pod_gpus.get(pod, ()):
+            self._dirty_nodes.add(node.name)
+
+    def observed_snapshot(self, now: float) -> ClusterSnapshot:
+        """``snapshot(now)`` with what the deployed controller also sees: each GPU's utilization (the
+        exporter's, by the pod it is attributed to; 0 on a free GPU), and each RayJob Workload owned by
+        its RayJob by the name its pods carry (``<rayjob>-<i>``), so the stall detector can attribute
+        them.  Cached per node / workload: only what changed since the last call is rebuilt."""
+        snap = self.snapshot(now)
+        self.usage_classes()  # brings the per-pod utilization up to date (cached: no cost if fresh)
+        nodes = snap.nodes
+        changed = False
+        overlay = self._node_overlay
+        for name, base in nodes.items():
+            cached = overlay.get(name)
+            if cached is not None and cached[0] is base and name not in self._dirty_nodes:
+                continue
+            gpus = tuple(
+                _replace(g, utilization=self._pod_util.get(f"{g.pod.namespace}/{g.pod.name}", 0.0) if g.pod else 0.0,
+                         utilization_source="gpu_util")
+                for g in base.gpus
+            )
+            overlay[name] = (base, _replace(base, gpus=gpus))
+            changed = True
+        self._dirty_nodes.clear()
+        if changed or self._nodes_map is None or self._nodes_map[0] is not nodes:
+            self._nodes_map = (nodes, frozen_map({name: overlay[name][1] for name in nodes}))
+        wls = {}
+        for key, ws in snap.workloads.items():
+            c = self._wl_overlay.get(key)
+            if c is None or c[0] is not ws:
+                c = (ws, _replace(ws, owner_name=ws.name))
+                self._wl_overlay[key] = c
+            wls[key] = c[1]
+        if len(self._wl_overlay) > 2 * len(wls) + 64:
+            self._wl_overlay = {k: self._wl_overlay[k] for k in wls}
+        return _replace(snap, nodes=self._nodes_map[1], workloads=frozen_map(wls))
 
     def _account(self, dt: float) -> None:
-        allocated, used, idle = self.usage_now()
-        self.metrics.account(dt, allocated, used, idle)
+        allocated, used, classes, unavoidable = self.usage_classes()
+        self.metrics.account(dt, allocated, used, sum(classes.values()), classes, unavoidable)
+
+    def lower_bound_idle_s(self) -> float:
+        """``metrics.lower_bound_idle_s`` over this run's busy intervals, plus the idle no scaler avoids."""
+        end = min(self.now, self.window_s)
+        lb = 0.0
+        for ivs in self._busy.values():
+            lb += lower_bound_idle_s([(a, min(b, end)) for a, b in ivs if a < end], self.cfg.worker_startup_s)
+        return lb + self.metrics.unavoidable_gpu_s
 
     def queue_length(self) -> int:
         return sum(len(rc.queue) for rc in self.rays.values()) + sum(
@@ -721,3 +956,16 @@ def run_policies(jobs: Sequence[Job], window_s: float, policies: Sequence[str], 
         eng.run()
         out[name] = eng
     return out
+
+
+def _work_s(job: Job) -> float:
+    """Seconds of a job's run that are work: up to its stall, if it stalls before its end."""
+    stall = job.stall_start
+    return job.duration if stall is None or stall >= job.duration else max(0.0, stall)
+
+
+def _next_change(job: Job, t: float) -> float:
+    """The next time of the job's run after ``t`` at which its utilization or phase may change."""
+    if job.profile is not None:
+        return job.profile.next_change(t)
+    return (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S

@@ -26,7 +26,7 @@ class SimWorker:
     busy_until: float = 0.0
     tail_until: float = 0.0
     idle_since: float = 0.0
-    generation: int = 0  # bumped when the task changes (stale events are ignored)
+    generation: int = 0  # bumped when the task or its utilization changes (stale events are ignored)
 
     def ready(self, now: float) -> bool:
         return now >= self.ready_at
@@ -41,8 +41,12 @@ class SimWorker:
 
     def util(self, now: float) -> float:
         if self.task is not None and now < self.busy_until:
-            return self.task.util
+            return self.task.util_at(now - (self.busy_until - self.task.duration))  # started at busy_until - duration
         return 0.0
+
+    def started(self) -> float:
+        """When the current task was bound to this worker (its run's time 0)."""
+        return self.busy_until - self.task.duration if self.task is not None else self.busy_until
 
 
 @dataclass(slots=True)

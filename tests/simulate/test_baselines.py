@@ -109,7 +109,8 @@ def test_static_and_oracle():
 def _one_task_engine(policy: str) -> Engine:
     cfg = SimConfig(nodes=1, teams=("team-a",), control_interval_s=30.0, worker_startup_s=90.0,
                     timeline_interval_s=30.0, check_invariants=True)
-    job = Job(0, "team-a", 0.0, 100.0, 1, 0.8, 0.0)
+    # a job without a profile follows the scattered model: job 2's first segment is busy (at 0.8)
+    job = Job(2, "team-a", 0.0, 100.0, 1, 0.8, 0.0)
     return Engine([job], 1000.0, policy, cfg)
 
 

@@ -124,9 +124,14 @@ def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
     assert changes == m.scale_events == _total(reg, "queuepilot_writes", resource="rayclusters") > 0
     # and each write explained by an Event on its object (as the KubeWriter would send them)
     on_rc = sum(n for (kind, _, _), n in e.writer.event_counts.items() if kind == "RayCluster")
-    on_wl = sum(n for (kind, _, _), n in e.writer.event_counts.items() if kind == "Workload")
+    stall_events = sum(n for (kind, _, reason), n in e.writer.event_counts.items()
+                       if kind == "Workload" and reason.startswith("StalledWorkload"))
+    on_wl = sum(n for (kind, _, _), n in e.writer.event_counts.items() if kind == "Workload") - stall_events
     assert on_rc >= m.scale_events and on_wl == ready + retry
-    assert _total(reg, "queuepilot_writes", resource="events") == len(e.writer.events) == on_rc + on_wl
+    # the stall reconciler runs too (report only: no ClusterQueue opted in to deactivation)
+    assert stall_events == e.writer.event_counts[("Workload", "Warning", "StalledWorkload")]
+    assert m.deactivated == 0
+    assert _total(reg, "queuepilot_writes", resource="events") == len(e.writer.events) == on_rc + on_wl + stall_events
     assert _total(reg, "queuepilot_writes", resource="admissionchecks/status") == 1  # activated once
 
 

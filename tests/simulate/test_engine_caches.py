@@ -10,7 +10,7 @@ import pytest
 
 from simulator.engine import Engine, SimConfig
 from simulator.kueue import RESERVED
-from simulator.metrics import IDLE_UTIL
+from simulator.metrics import IDLE_CLASSES, IDLE_UTIL
 from simulator.snapshot import SnapshotBuilder
 from simulator.workload import SyntheticParams, synthetic
 
@@ -24,15 +24,26 @@ def _engine(policy: str, hours: float = 8.0) -> Engine:
     return Engine(jobs, hours * 3600.0, policy, cfg)
 
 
-def _fresh_usage(e: Engine) -> tuple[int, float, int]:
-    """``usage_now`` without caches: every worker and RayJob looked at now."""
+def _fresh_usage(e: Engine) -> tuple[int, float, int, dict[str, int]]:
+    """``usage_classes`` without caches: every worker and RayJob looked at now (allocated, used, idle,
+    idle by class)."""
     allocated = sum(len(v) for v in e.cluster.pod_gpus.values())
     used, idle = 0.0, 0
+    classes = dict.fromkeys(IDLE_CLASSES, 0)
     for rc in e.rays.values():
         for wk in rc.workers.values():
             u = wk.util(e.now)
             used += u
             idle += u < IDLE_UTIL
+            if not wk.ready(e.now):
+                classes["starting"] += 1
+            elif wk.task is None:
+                classes["empty"] += 1
+            elif e.now >= wk.busy_until:
+                classes["idle_actor"] += 1
+            elif u < IDLE_UTIL:
+                ph = wk.task.phase_at(e.now - wk.started())
+                classes[{"stalled": "stalled", "starting": "starting"}.get(ph, "in_job")] += 1
     for name, start in e.run_start.items():
         w = e.workloads.get(name)
         if w is None:
@@ -42,7 +53,9 @@ def _fresh_usage(e: Engine) -> tuple[int, float, int]:
         used += u * w.gpus
         if u < IDLE_UTIL:
             idle += w.gpus
-    return allocated, used, idle
+            ph = w.job.phase_at(t) if t >= 0 else "starting"
+            classes[{"stalled": "stalled", "starting": "starting"}.get(ph, "in_job")] += w.gpus
+    return allocated, used, idle, classes
 
 
 @pytest.mark.parametrize("policy", ["queuepilot-reclaim", "hpa", "kueue-quota"])
@@ -61,7 +74,11 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str) -> None:
             want = fresh.build(e.now, e.workloads.values(), e.rays.values(), e.checks_active)
             # the AdmissionCheck's resourceVersion counts the builder's own history, not a cache
             assert snap == replace(want, admission_checks=snap.admission_checks)
-            assert e.usage_now() == _fresh_usage(e)
+            allocated, used, idle, classes = _fresh_usage(e)
+            a2, u2, cls2, _ = e.usage_classes()
+            assert (a2, sum(cls2.values()), cls2) == (allocated, idle, classes)
+            assert e.usage_now()[::2] == (allocated, idle)
+            assert u2 == pytest.approx(used, rel=1e-12, abs=1e-9)  # RayJobs are summed incrementally
             assert e.kueue.any_reserved() == any(w.state == RESERVED for w in e.workloads.values())
             checked += 1
         return checked
