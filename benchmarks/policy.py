@@ -128,13 +128,13 @@ def run_task(task: Task, trace: str, start: str, hours: float, detail: bool) -> 
     when ``detail`` (the reference run)."""
     cfg = sim_config(task)
     window, load_s = _window(trace, start, hours, task.model, task.seed, cfg.nodes * cfg.gpus_per_node)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, task.policy, cfg)
     eng.run()
-    secs = time.perf_counter() - t0
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
     m = eng.metrics
     rec: dict[str, Any] = {**asdict(task), "label": task.label, "summary": m.summary(), "secs": round(secs, 2),
-                           "load_s": round(load_s, 2), "jobs": len(window.jobs), "total_gpus": eng.cluster.total_gpus}
+                           "cpu_s": round(cpu, 2), "load_s": round(load_s, 2), "jobs": len(window.jobs), "total_gpus": eng.cluster.total_gpus}
     if detail:
         rec["shape"] = sim_shape(m.timeline, eng.cluster.total_gpus)
         rec["series"] = {"waits": list(m.waits), "timeline": [list(r) for r in m.timeline],
@@ -151,7 +151,7 @@ def estimate(task: Task, hours: float, previous: Mapping[tuple[str, str], float]
     under that model) or a rough default (the queuepilot reconcilers cost ~1.5x a baseline)."""
     per_hour = previous.get((task.model, task.label))
     if per_hour is None:
-        per_hour = 0.06 if is_queuepilot(task.policy) else 0.04
+        per_hour = 0.06 if is_queuepilot(task.policy) or task.policy == "kueue-quota" else 0.04
     return per_hour * hours
 
 
@@ -162,8 +162,8 @@ def previous_costs(path: Path) -> dict[tuple[str, str], float]:
         return {}
     hours = float(data.get("meta", {}).get("hours") or 0) or 1.0
     acc: dict[tuple[str, str], list[float]] = {}
-    for r in data.get("runs", []):
-        acc.setdefault((r["model"], r["label"]), []).append(float(r["secs"]) / hours)
+    for r in data.get("runs", []):  # CPU seconds where recorded: what a run takes on a core of its own
+        acc.setdefault((r["model"], r["label"]), []).append(float(r.get("cpu_s", r["secs"])) / hours)
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
@@ -456,7 +456,7 @@ def summary_section(runs: Sequence[Mapping[str, Any]], models: Sequence[str]) ->
             continue
         order = _labels([q for lab in labels for q, _ in paired[(model, lab)][:1]])
         n = len(paired[(model, order[0])])
-        lines += [f"### {model} ({n} paired runs per configuration)", "",
+        lines += [f"### {model} ({n} paired run{'s' if n != 1 else ''} per configuration)", "",
                   "| configuration | " + " | ".join(c[0] for c in SUMMARY_COLUMNS) + " |",
                   "|---|" + "---:|" * len(SUMMARY_COLUMNS)]
         for lab in order:
@@ -484,8 +484,6 @@ def reading(model: str, paired: Mapping[tuple[str, str], Sequence[tuple[Mapping[
 
         cq, cr = mean("idle_gpu_hours_controllable", q), mean("idle_gpu_hours_controllable", r)
         tq, tr = mean("idle_gpu_hours", q), mean("idle_gpu_hours", r)
-        removed_c = None if cq is None or cr is None or cr == 0 else 1 - cq / cr
-        removed_t = None if tq is None or tr is None or tr == 0 else 1 - tq / tr
         killed = _stats([ratio(get(s, "killed_gpu_hours"), delivered_gpu_hours(s)) for s in q])[0]
         bound = _stats([ratio(get(s, "idle_gpu_hours_controllable"), get(s, "lower_bound_idle_gpu_hours"))
                         for s in q])[0]
@@ -496,14 +494,15 @@ def reading(model: str, paired: Mapping[tuple[str, str], Sequence[tuple[Mapping[
                 if a is not None and b is not None:
                     waits.append(f"{cls} {quant} {a:,.0f} s vs {b:,.0f} s")
 
-        def verb(x: float | None) -> str:
-            if x is None:
-                return "removes n/a"
-            return f"removes {x:.0%}" if x >= 0 else f"adds {-x:.0%} to"
+        def change(a: float | None, b: float | None) -> str:
+            if a is None or b is None or b == 0:
+                return "n/a"
+            x = 1 - a / b
+            return f"{x:.0%} less" if x >= 0 else f"{-x:.0%} more"
 
         out.append(
-            f"- **{lab}** under `{model}` {verb(removed_c)} of ray-idle's controllable idle GPU-hours "
-            f"({_fmt(cq)} vs {_fmt(cr)} GPU-h, means) and {verb(removed_t)} its total idle ({_fmt(tq)} vs {_fmt(tr)}); "
+            f"- **{lab}** under `{model}`: controllable idle {_fmt(cq)} GPU-h against ray-idle's {_fmt(cr)} "
+            f"({change(cq, cr)}), total idle {_fmt(tq)} against {_fmt(tr)} ({change(tq, tr)}), means; "
             f"wait ({'; '.join(waits) if waits else 'n/a'}); killed work {_pct(killed, 2)} of delivered GPU-hours; "
             f"controllable idle {_fmt(bound, '.2f')}x the lower bound.")
     return out
@@ -691,9 +690,10 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
         f"Generated {meta['date']} by `{meta['command']}`"
         + (" (`make bench` runs it)" if meta.get("make_bench") else "") + f", git {meta['commit']}"
         + (" with uncommitted changes in the working tree" if meta.get("dirty") else "") + ".",
-        f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} processes. Wall time "
+        f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} worker processes. Wall time "
         f"{meta['wall_s'] / 60:.1f} min for {len(runs)} runs; summed run seconds {meta['run_s_sum']:,.0f} s "
-        f"(simulation only; trace loading {meta['load_s_sum']:,.0f} s more).",
+        + (f"({meta['run_cpu_s_sum']:,.0f} CPU s) " if "run_cpu_s_sum" in meta else "")
+        + f"(simulation only; trace loading {meta['load_s_sum']:,.0f} s more).",
         "",
         f"Workload: Philly trace (`philly-pollux/philly.csv`), {meta['hours']:g} h from {meta['start']}; utilization "
         f"models {', '.join(f'`{m}`' for m in models)} (calibration: [utilization.md](utilization.md)); seeds "
@@ -831,6 +831,16 @@ def _git(*args: str) -> str:
         return ""
 
 
+def _machine() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.system()}"
+
+
 def _csv(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
     def parse(text: str) -> list[Any]:
         try:
@@ -865,6 +875,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default policy, --quick: policy-quick)")
     p.add_argument("--render-only", action="store_true", help="re-render NAME.md and the matrix plot from NAME.json")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--plan", action="store_true", help="print the runs and the expected wall time on --jobs "
+                   "processes (seconds per simulated hour from --costs-from), run nothing")
+    p.add_argument("--costs-from", default=None, help="a policy*.json whose run seconds estimate each run "
+                   "(default: NAME.json)")
     return p
 
 
@@ -876,6 +890,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / f"{name}.json", out / f"{name}.md"
     shared = Path(args.trace).resolve().parents[2]
+    if args.plan:
+        return plan(args, Path(args.costs_from) if args.costs_from else json_path)
     if args.render_only:
         data = json.loads(json_path.read_text())
     else:
@@ -891,18 +907,42 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str, Any]:
+def axes(args: argparse.Namespace) -> dict[str, Any]:
+    """The matrix's axes from the flags (defaults: the full matrix, or the quick one)."""
     quick = args.quick
     hours = args.hours if args.hours is not None else (168.0 if quick else 720.0)
     models = args.models or list(MODELS)
-    seeds = args.seeds or ([1] if quick else [1, 2, 3])
-    rates = args.rates or ([0.01] if quick else [0.01, 0.05])
     policies = args.policies or list(POLICIES)
     unknown = [p for p in policies + args.cap_policies if p not in POLICIES]
     if unknown:
         raise SystemExit(f"unknown policies {unknown} (known: {', '.join(POLICIES)})")
-    stall_models = [m for m in args.stall_models if m in models]
-    cap_policies = [p for p in args.cap_policies if p in policies]
+    return {"hours": hours, "models": models, "seeds": args.seeds or ([1] if quick else [1, 2, 3]),
+            "rates": args.rates or ([0.01] if quick else [0.01, 0.05]), "policies": policies,
+            "stall_models": [m for m in args.stall_models if m in models],
+            "cap_policies": [p for p in args.cap_policies if p in policies]}
+
+
+def plan(args: argparse.Namespace, costs_from: Path) -> int:
+    ax = axes(args)
+    tasks = build_matrix(ax["models"], ax["seeds"], ax["rates"], ax["policies"], ax["stall_models"], args.caps,
+                         ax["cap_policies"])
+    prev = previous_costs(costs_from)
+    costs = sorted((estimate(t, ax["hours"], prev) for t in tasks), reverse=True)
+    procs = [0.0] * max(1, args.jobs)
+    for c in costs:  # longest first onto the least loaded process, as the pool does
+        procs[procs.index(min(procs))] += c
+    missing = sorted({(t.model, t.label) for t in tasks} - set(prev))
+    print(f"{len(tasks)} runs of {ax['hours']:g} h; summed run seconds ~{sum(costs):,.0f} s; wall on {args.jobs} "
+          f"processes ~{max(procs) / 60:.1f} min (costs from {costs_from}"
+          + (f"; default cost for {len(missing)} (model, label) pairs it lacks" if missing else "") + ")")
+    return 0
+
+
+def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str, Any]:
+    quick = args.quick
+    ax = axes(args)
+    hours, models, seeds, rates, policies = ax["hours"], ax["models"], ax["seeds"], ax["rates"], ax["policies"]
+    stall_models, cap_policies = ax["stall_models"], ax["cap_policies"]
     tasks = build_matrix(models, seeds, rates, policies, stall_models, args.caps, cap_policies)
     ref = (models[0], seeds[0], rates[0])
     print(f"{len(tasks)} runs on {args.jobs} processes ({hours:g} h each)", file=sys.stderr)
@@ -917,9 +957,10 @@ def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str,
     meta = {
         "command": " ".join([".venv/bin/python benchmarks/policy.py", *argv]), "make_bench": not argv,
         "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "commit": _git("rev-parse", "--short", "HEAD") or "?",
-        "dirty": dirty, "machine": f"{platform.machine()} {platform.processor() or platform.system()}".strip(),
+        "dirty": dirty, "machine": _machine(),
         "cores": os.cpu_count(), "processes": args.jobs, "wall_s": round(wall, 1),
         "run_s_sum": round(sum(r["secs"] for r in records), 1),
+        "run_cpu_s_sum": round(sum(r["cpu_s"] for r in records), 1),
         "load_s_sum": round(sum(r["load_s"] for r in records), 1),
         "trace": args.trace, "start": args.start, "hours": hours, "models": models, "seeds": seeds, "rates": rates,
         "policies": policies, "stall_models": stall_models, "caps": args.caps, "cap_policies": cap_policies,
