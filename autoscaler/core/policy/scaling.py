@@ -144,15 +144,19 @@ class GroupHistory:
                        last_launch=old.last_launch, reclaims=old.reclaims)
 
     def pruned(self, policy: ScalingDefaults, now: float) -> GroupHistory:
-        """Without the recommendations and scale events older than any window or period still looks back."""
+        """Without the recommendations and scale events older than any window or period still looks
+        back; this very history when nothing is that old."""
         keep_rec = max(policy.scale_up.stabilization_window_seconds, policy.scale_down.stabilization_window_seconds)
         keep_ev = max(policy.scale_up.longest_period, policy.scale_down.longest_period)
-        return replace(
-            self,
-            recommendations=tuple((t, r) for t, r in self.recommendations if now - t < keep_rec),
-            scale_events=tuple((t, d) for t, d in self.scale_events if now - t < keep_ev),
-            reclaims=tuple(t for t in self.reclaims if now - t < RECLAIM_BUDGET_PERIOD),
-        )
+        recommendations = _recent(self.recommendations, now, keep_rec)
+        scale_events = _recent(self.scale_events, now, keep_ev)
+        reclaims = self.reclaims
+        if any(not now - t < RECLAIM_BUDGET_PERIOD for t in reclaims):
+            reclaims = tuple(t for t in reclaims if now - t < RECLAIM_BUDGET_PERIOD)
+        if (recommendations is self.recommendations and scale_events is self.scale_events
+                and reclaims is self.reclaims):
+            return self
+        return replace(self, recommendations=recommendations, scale_events=scale_events, reclaims=reclaims)
 
     def reclaims_in_period(self, now: float) -> int:
         """Workers reclaimed in this group during the last hour (the budget's period)."""
@@ -172,6 +176,14 @@ class GroupHistory:
 
     def scaled(self, now: float, change: int) -> GroupHistory:
         return replace(self, scale_events=(*self.scale_events, (now, change)))
+
+
+def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> tuple[tuple[float, int], ...]:
+    """The (t, value) entries younger than ``keep`` seconds; ``entries`` itself when none is older (in
+    any order: a history built by hand need not be in time order)."""
+    if any(not now - t < keep for t, _ in entries):  # (not <: exactly the entries the filter drops)
+        return tuple(e for e in entries if now - e[0] < keep)
+    return entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,9 +275,9 @@ def assign_demand(
     return per_group, infeasible
 
 
-def _demand_fits_group(cluster: RayClusterState, group: WorkerGroupState) -> bool:
-    """Whether any feasible pending Ray demand of the cluster could run on a worker of ``group``."""
-    cap = _capacity(group)
+def _demand_fits_group(cluster: RayClusterState, group: WorkerGroupState, cap: Mapping[str, float]) -> bool:
+    """Whether any feasible pending Ray demand of the cluster could run on a worker of ``group`` (one
+    worker's resources: ``cap``)."""
     return any(d.count > 0 and not d.infeasible and (d.group is None or d.group == group.name) and _fits(d.shape, cap)
                for d in cluster.demand)
 
@@ -666,12 +678,12 @@ class _GroupCase:
     def of(cls, ctx: ScalingContext, cluster: RayClusterState, group: WorkerGroupState, policy: ScalingDefaults,
            demand: Sequence[DemandRun], infeasible_demand: tuple[str, ...], pressure: str,
            reclaim_budget: int = 0) -> _GroupCase:
-        existing = {w.pod for w in group.workers}
+        stale_list = bool(group.workers_to_delete) and not (set(group.workers_to_delete)
+                                                             & {w.pod for w in group.workers})
         return cls(ctx, cluster, group, policy, tuple(demand), infeasible_demand, pressure,
                    pending_gpus=int(sum(b.get("GPU", 0.0) * n for b, _, n in demand)),
                    pending_bundles=sum(n for _, _, n in demand),
-                   stale_list=bool(group.workers_to_delete) and not (set(group.workers_to_delete) & existing),
-                   reclaim_budget=reclaim_budget)
+                   stale_list=stale_list, reclaim_budget=reclaim_budget)
 
     @property
     def now(self) -> float:
@@ -781,7 +793,8 @@ def _observe(case: _GroupCase, h: GroupHistory) -> _Workers:
     # While pending Ray demand of the cluster could run on this group's workers, a reclaimed worker is
     # replaced (deleted by name, a fresh one launched for the queue); otherwise it simply goes.
     reclaim = policy.reclaim_idle_actors and case.gpu_group and not in_tree
-    queued = reclaim and _demand_fits_group(case.cluster, group)
+    cap = _capacity(group)
+    queued = reclaim and _demand_fits_group(case.cluster, group, cap)
     since, removable = idle_workers(group, policy, h.idle_since, window, now, reclaim=reclaim,
                                     actor_window=policy.reclaim_window_seconds, grace=policy.reclaim_grace_seconds)
     hold_left = h.launch_hold(policy, now)
@@ -821,10 +834,11 @@ def _observe(case: _GroupCase, h: GroupHistory) -> _Workers:
                      f"{policy.down_after_up_seconds:g}s)")
         replaceable = []
     idle_gpus = sum(w.gpus or group.gpus_per_worker for w in (*removable, *replaceable)) if case.gpu_group else 0
-    cap = _capacity(group)
+    # the same idle timers as last pass (the usual case) keep the same map
+    idle_since = h.idle_since if since == h.idle_since else frozen_map(since)
     need = workers_needed(case.demand, cap) if case.demand else 0
     starting = sum(1 for w in group.workers if not w.deleting and (w.phase != "Running" or not w.ready))
-    return _Workers(window=window, idle_since=frozen_map(since), removable=tuple(removable), idle_gpus=idle_gpus,
+    return _Workers(window=window, idle_since=idle_since, removable=tuple(removable), idle_gpus=idle_gpus,
                     cap=cap, need=need, starting=starting, unmade=unmade,
                     add_workers=max(0, need - starting - unmade), replaceable=tuple(replaceable),
                     hold_left=hold_left, held_back=held_back)
@@ -1033,9 +1047,8 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
         return case.hold(guard), h
     fresh = _signal_freshness(case)
     if fresh.reason:
-        return case.hold(fresh, may_clear=True), replace(h, idle_since=frozen_map())
+        return case.hold(fresh, may_clear=True), replace(h, idle_since=frozen_map()) if h.idle_since else h
     ws = _observe(case, h)
-    h = replace(h, idle_since=ws.idle_since)
     raw, reason, msg = _recommend(case, ws)
     capped = _quota_headroom(case, raw)
     infeasible = _unmet(case, raw, capped, ws)
@@ -1047,9 +1060,36 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
     final, why, more = _down_after_up(case, ws, final)
     if why:
         reason, msg = why, f"{msg}; {more}"
-    h = replace(h, recommendations=(*h.recommendations, (case.now, raw)))
+    h = replace(h, idle_since=ws.idle_since, recommendations=(*h.recommendations, (case.now, raw)))
     write = _write_max if case.in_tree else _write_replicas
     return write(case, ws, h, final, reason, msg, infeasible)
+
+
+_NO_HISTORY = GroupHistory()  # a group's history before its first pass (immutable, so one serves all)
+
+# policy_from_annotations by the annotations' content and the defaults object: a cluster's annotations
+# rarely change between passes, and the parse is the same pure function of both (bounded: cleared
+# when full, so a controller that sees many clusters, or new defaults, never grows it without end)
+_POLICIES: dict[tuple[tuple[tuple[str, str], ...], int],
+                tuple[ScalingDefaults, tuple[ScalingDefaults, tuple[str, ...]]]] = {}
+_POLICIES_MAX = 1024
+
+
+def _cluster_policy(annotations: Mapping[str, str], defaults: ScalingDefaults) -> tuple[ScalingDefaults, tuple[str, ...]]:
+    """``policy_from_annotations(annotations, defaults)``, parsed once per distinct annotations (of
+    strings, as Kubernetes has them; anything else is parsed every time)."""
+    items = tuple(annotations.items())
+    if not all(type(k) is str and type(v) is str for k, v in items):
+        return policy_from_annotations(annotations, defaults)
+    key = (items, id(defaults))
+    hit = _POLICIES.get(key)
+    if hit is not None and hit[0] is defaults:  # (the defaults object itself held: its id is not reused)
+        return hit[1]
+    result = policy_from_annotations(annotations, defaults)
+    if len(_POLICIES) >= _POLICIES_MAX:
+        _POLICIES.clear()
+    _POLICIES[key] = (defaults, result)
+    return result
 
 
 def decide_scaling(
@@ -1078,7 +1118,7 @@ def decide_scaling(
         context = ScalingContext.build(snapshot, now, waiting=waiting, owned=owned, cohorts=cohorts)
     elif context.snapshot is not snapshot or context.now != now:
         raise ValueError("decide_scaling: the context was built for another snapshot or time")
-    policy, warnings = policy_from_annotations(cluster.annotations, defaults)
+    policy, warnings = _cluster_policy(cluster.annotations, defaults)
     demand, infeasible = assign_demand(cluster)
     pressure = context.pressure(cluster, policy.queue_pressure_wait_seconds)
     decisions = []
@@ -1091,7 +1131,7 @@ def decide_scaling(
                                                         else ())
         case = _GroupCase.of(context, cluster, group, policy, demand.get(group.name, []), mine, pressure,
                              reclaim_budget=budget)
-        old = history.get(group.name, GroupHistory())
+        old = history.get(group.name, _NO_HISTORY)
         d, h = _decide_group(case, old)
         budget = max(0, budget - (h.reclaims_in_period(now) - old.reclaims_in_period(now)))
         decisions.append(d)
