@@ -48,6 +48,12 @@ POD_SET = "workers"
 SIGNAL_STALE_AFTER_S = 120.0
 
 
+# the same for every simulated RayCluster (read-only maps, shared by every snapshot)
+_RAY_ANNOTATIONS = frozen_map({AUTOSCALE_ANNOTATION: "true", ELASTIC_JOB_ANNOTATION: "true"})
+_RAY_LABELS = frozen_map({QUEUE_NAME_LABEL: "default"})
+_RAY_RESOURCES = frozen_map({"GPU": 1.0, "CPU": 8.0})
+
+
 def pod_key(pod_id: str) -> PodKey:
     ns, _, name = pod_id.partition("/")
     return PodKey(ns, name)
@@ -66,6 +72,10 @@ class SnapshotBuilder:
         self._node_map: tuple[int, Mapping[str, NodeState]] | None = None
         self._cq_map: tuple[tuple[object, ...], Mapping[str, ClusterQueueState]] | None = None
         self._ray_workers: dict[str, tuple[tuple[int, int], float, tuple[RayWorker, ...]]] = {}
+        # each RayCluster's WorkerGroupState while its workers (the same tuple), replicas and
+        # workersToDelete are unchanged; Ray's demand by the queue's length (immutable, shared)
+        self._ray_groups: dict[str, tuple[tuple[object, ...], WorkerGroupState]] = {}
+        self._ray_demand: dict[int, tuple[RayDemand, ...]] = {}
         self._flavors = frozen_map({
             f: FlavorState(f, frozen_map({FLAVOR_LABEL: f}), tuple(n.name for n in nodes))
             for f, nodes in cluster.flavors.items()
@@ -112,7 +122,10 @@ class SnapshotBuilder:
         return state
 
     def workload_state(self, w: SimWorkload) -> WorkloadState:
-        key = f"{w.namespace}/{w.name}"
+        return self._workload_state(f"{w.namespace}/{w.name}", w)
+
+    def _workload_state(self, key: str, w: SimWorkload) -> WorkloadState:
+        """``workload_state`` for the Workload whose key (``WorkloadState.key``) is ``key``."""
         cached = self._workloads.get(key)
         if cached is not None and cached[0] == w.version:
             return cached[1]
@@ -156,20 +169,31 @@ class SnapshotBuilder:
         return workers
 
     def ray_state(self, rc: SimRayCluster, now: float) -> RayClusterState:
+        """The RayCluster as the controller would see it at ``now``: its worker group and Ray's demand
+        are the previous pass's objects while nothing in them changed; only the signal's time is new."""
         workers = self._worker_tuple(rc, now)
-        group = WorkerGroupState(
-            name=rc.group, replicas=rc.replicas, min_replicas=rc.min_replicas, max_replicas=rc.max_replicas,
-            gpus_per_worker=1, cpu_per_worker=8.0, memory_per_worker=64 * 2**30,
-            ray_resources=frozen_map({"GPU": 1.0, "CPU": 8.0}), workers=workers,
-            workers_to_delete=tuple(n for n in rc.workers_to_delete if n in rc.workers),
-        )
+        to_delete = tuple(n for n in rc.workers_to_delete if n in rc.workers)
+        group_key = (workers, rc.replicas, rc.min_replicas, rc.max_replicas, to_delete)
+        cached = self._ray_groups.get(rc.name)
+        if cached is not None and cached[0] == group_key:
+            group = cached[1]
+        else:
+            group = WorkerGroupState(
+                name=rc.group, replicas=rc.replicas, min_replicas=rc.min_replicas, max_replicas=rc.max_replicas,
+                gpus_per_worker=1, cpu_per_worker=8.0, memory_per_worker=64 * 2**30,
+                ray_resources=_RAY_RESOURCES, workers=workers, workers_to_delete=to_delete,
+            )
+            self._ray_groups[rc.name] = (group_key, group)
         # Ray reports the pending tasks as one shape with their full count (the scaler packs
         # identical bundles as one run, so a count of thousands costs no more than one)
-        demand = (RayDemand("task", frozen_map({"GPU": 1.0}), count=len(rc.queue)),) if rc.queue else ()
+        queued = len(rc.queue)
+        demand = self._ray_demand.get(queued)
+        if demand is None:
+            demand = (RayDemand("task", frozen_map({"GPU": 1.0}), count=queued),) if queued else ()
+            self._ray_demand[queued] = demand
         return RayClusterState(
             namespace=rc.namespace, name=rc.name, uid=f"uid-{rc.name}", resource_version=str(rc.version),
-            annotations=frozen_map({AUTOSCALE_ANNOTATION: "true", ELASTIC_JOB_ANNOTATION: "true"}),
-            labels=frozen_map({QUEUE_NAME_LABEL: "default"}), in_tree_autoscaler=False, groups=(group,),
+            annotations=_RAY_ANNOTATIONS, labels=_RAY_LABELS, in_tree_autoscaler=False, groups=(group,),
             demand=demand, demand_signal=SignalStatus(f"ray/{rc.namespace}/{rc.name}", now, 60.0),
             cluster_queue=rc.cq, created_at=0.0,
         )
@@ -226,8 +250,8 @@ class SnapshotBuilder:
               checks_active: Mapping[str, bool]) -> ClusterSnapshot:
         wls = {}
         for w in workloads:
-            s = self.workload_state(w)
-            wls[s.key] = s
+            key = f"{w.namespace}/{w.name}"
+            wls[key] = self._workload_state(key, w)
         rcs = {}
         for rc in rays:
             s = self.ray_state(rc, now)
