@@ -57,6 +57,7 @@ from autoscaler.core.snapshot import (
     CHECK_PENDING,
     CHECK_READY,
     ClusterSnapshot,
+    GpuState,
     NodeState,
     WorkloadState,
     frozen_map,
@@ -217,7 +218,6 @@ class Engine:
         self._pass_at: float | None = None
         self._pass_queued: set[float] = set()  # times with a "pass" event on the heap
         self._operator_batched = False
-        self._utils: dict[str, tuple[Any, ...]] = {}  # team -> _worker_utils cache
         self.last_decisions: deque[str] = deque(maxlen=50)  # baseline scale changes (queuepilot's: published)
         self.policy_name = policy
         self.policy = make_policy(policy, self.cfg.teams, self.static_replicas)
@@ -258,11 +258,15 @@ class Engine:
             self.reconcilers.append(r)
         # accounting (docs/simulation.md, "Accounting"): RayJobs' idle class kept per workload and
         # summed incrementally (recomputed at its profile's next change point), busy intervals per team
-        self._rj: dict[str, tuple[float, float, str | None, bool, int]] = {}  # name -> (until, used, class, unavoidable, gpus)
-        self._rj_heap: list[tuple[float, int, str]] = []
-        self._rj_used = 0.0
-        self._rj_classes: dict[str, int] = dict.fromkeys(IDLE_CLASSES, 0)
-        self._rj_unavoidable = 0
+        # ledger: what each GPU holder (a Ray worker pod, a running RayJob) contributes to a sample now:
+        # key -> (valid until, used GPU-equivalents, idle class or None, unavoidable, GPUs); summed
+        # incrementally, each entry recomputed at an event that changes it or at its next change point
+        self._ledger: dict[str, tuple[float, float, str | None, bool, int]] = {}
+        self._ledger_ref: dict[str, tuple[str, ...]] = {}  # key -> ("w", team, worker) | ("j", workload)
+        self._ledger_heap: list[tuple[float, int, str]] = []
+        self._l_used = 0.0
+        self._l_classes: dict[str, int] = dict.fromkeys(IDLE_CLASSES, 0)
+        self._l_unavoidable = 0
         self._busy: dict[str, list[list[float]]] = {t: [] for t in self.cfg.teams}  # team -> [start, end]
         self._open_busy: dict[str, list[float]] = {}  # worker name -> its task's busy interval
         # the GPU signal the reconcilers see (utilization per GPU, by pod), kept up to date incrementally
@@ -310,8 +314,7 @@ class Engine:
                          rc.startup_s, self.arrivals_within(team, now, now + rc.startup_s))
 
     def snapshot(self, now: float) -> ClusterSnapshot:
-        for rc in self.rays.values():  # workers whose task's utilization moved are observed anew
-            self._worker_utils(rc, now)
+        self._ledger_refresh(now)  # workers whose task's utilization moved are observed anew
         return self.snapshots.build(now, self.workloads.values(), self.rays.values(), self.checks_active)
 
     # ------------------------------------------------------- the SimWorld the SimWriter acts on
@@ -480,6 +483,7 @@ class Engine:
             iv = [self.now, self.now + _work_s(job)]
             self._busy[rc.team].append(iv)
             self._open_busy[wk.name] = iv
+            self._w_set(rc, wk)
             self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
             if job.id not in self._started:
                 self._started.add(job.id)
@@ -494,6 +498,7 @@ class Engine:
         self.metrics.jobs_completed += 1
         if wk.tail_until > self.now:
             self.push(wk.tail_until, "tail_end", data)
+            self._w_set(rc, wk)
         else:
             self._free_worker(rc, wk)
 
@@ -510,6 +515,7 @@ class Engine:
         wk.generation += 1
         rc.epoch += 1
         wk.idle_since = self.now
+        self._w_set(rc, wk)
         self._assign(rc)
 
     def _on_worker_ready(self, data: tuple[str, str]) -> None:
@@ -519,6 +525,7 @@ class Engine:
         if wk is not None:
             wk.idle_since = self.now
             rc.epoch += 1
+            self._w_set(rc, wk)
             self._assign(rc)
 
     # ------------------------------------------------------------------------ KubeRay operator
@@ -540,6 +547,7 @@ class Engine:
                 break  # the scale-up waits for quota or a free healthy GPU
             self.kueue.reserve(rc.cq, rc.flavor, 1)
             rc.workers[name] = SimWorker(name, self.now, self.now + rc.startup_s, idle_since=self.now)
+            self._w_set(rc, rc.workers[name])
             rc.version += 1
             rc.epoch += 1
             self.push(self.now + rc.startup_s, "worker_ready", (rc.team, name))
@@ -557,6 +565,7 @@ class Engine:
             self.metrics.record_killed(min(self.now - wk.started(), _work_s(wk.task)))
             if iv is not None and iv[1] > self.now:
                 iv[1] = self.now
+        self._l_drop(f"{rc.namespace}/{name}")
         self._pod_util.pop(f"{rc.namespace}/{name}", None)
         self.cluster.release(f"{rc.namespace}/{name}")
         self.kueue.release(rc.cq, rc.flavor, 1)
@@ -617,7 +626,7 @@ class Engine:
             w.unplaceable_since = None
         self.metrics.record_wait("rayjob", self.now - job.submit)
         self.push(self.now + self.cfg.rayjob_startup_s + job.duration, "rayjob_end", w)
-        self._rj_set(w, self.now)
+        self._j_set(w)
         return True
 
     def _on_rayjob_end(self, w: SimWorkload) -> None:
@@ -641,7 +650,7 @@ class Engine:
             pod = f"{w.namespace}/{w.name}-{i}"
             self.cluster.release(pod)
             self._pod_util.pop(pod, None)
-        self._rj_drop(w.name)
+        self._l_drop(w.name)
 
     # ------------------------------------------------------------------------------ failures
     def _schedule_failure(self, now: float) -> None:
@@ -710,139 +719,117 @@ class Engine:
     def usage_classes(self) -> tuple[int, float, dict[str, int], int]:
         """(allocated GPUs, used GPU-equivalents, idle GPUs by class, idle GPUs no scaler can avoid) now.
 
-        Ray workers: per team, cached until a worker comes, goes or changes task (``rc.epoch``), becomes
-        ready, ends its work or its task's utilization may change; RayJobs: kept per workload and summed
-        incrementally, each recomputed at its own next change point.  O(changes), not O(GPUs), per sample."""
-        now = self.now
-        allocated = self.cluster.allocated_gpus()
-        used = 0.0
-        classes = dict.fromkeys(IDLE_CLASSES, 0)
-        unavoidable = 0
-        for rc in self.rays.values():
-            utils, _, rc_classes, rc_unav = self._worker_utils(rc, now)
-            for u in utils:  # one by one, in the workers' order
-                used += u
-            for k, n in zip(IDLE_CLASSES, rc_classes, strict=True):
-                classes[k] += n
-            unavoidable += rc_unav
-        self._rj_refresh(now)
-        used += self._rj_used
-        for k, n in self._rj_classes.items():
-            classes[k] += n
-        unavoidable += self._rj_unavoidable
-        return allocated, used, classes, unavoidable
+        From the ledger: each Ray worker and running RayJob is looked at when an event changes it or
+        its utilization may change (its profile's next change point), and the sums are kept
+        incrementally: O(changes), not O(GPUs), per sample."""
+        self._ledger_refresh(self.now)
+        return self.cluster.allocated_gpus(), self._l_used, dict(self._l_classes), self._l_unavoidable
 
-    def _worker_utils(self, rc: SimRayCluster, now: float) -> tuple[tuple[float, ...], int, tuple[int, ...], int]:
-        """Each worker's GPU utilization now (in ``rc.workers`` order), how many are idle, the idle ones
-        by class (``IDLE_CLASSES`` order) and how many of those no scaler avoids (a task's own start-up);
-        cached until a worker comes, goes or changes task (``rc.epoch``), becomes ready, ends its work or
-        its task's utilization may change."""
-        cached = self._utils.get(rc.team)
-        if cached is not None and cached[0] == rc.epoch and now < cached[1]:
-            return cached[2], cached[3], cached[4], cached[5]
-        utils = []
-        counts = [0, 0, 0, 0, 0]  # empty, starting, idle_actor, stalled, in_job
-        moved = False
-        unavoidable = 0
-        until = math.inf
-        for wk in rc.workers.values():
-            u = 0.0
-            if now < wk.ready_at:
-                counts[1] += 1
-                until = min(until, wk.ready_at)
-            elif wk.task is None:
-                counts[0] += 1
-            elif now >= wk.busy_until:
-                counts[2] += 1  # the actor's idle tail: Ray counts it busy, the GPU does nothing
-            else:
-                start = wk.busy_until - wk.task.duration
-                t = now - start
-                u = wk.task.util_at(t)
-                until = min(until, wk.busy_until, start + _next_change(wk.task, t))
-                if u < IDLE_UTIL:
-                    phase = wk.task.phase_at(t)
-                    if phase == "stalled":
-                        counts[3] += 1
-                    elif phase == "starting":
-                        counts[1] += 1
-                        unavoidable += 1
-                    else:
-                        counts[4] += 1
-            utils.append(u)
-            pod = f"{rc.namespace}/{wk.name}"
-            if self._pod_util.get(pod) != u:
-                self._pod_util[pod] = u
-                self._mark_dirty(pod)
-                if wk.task is not None and now < wk.busy_until:
-                    # the task's utilization moved (a phase or segment change): the worker is observed
-                    # anew (new generation: views cached by it are rebuilt); its end event follows it
-                    wk.generation += 1
-                    self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
-                    moved = True
-        if moved:
-            rc.epoch += 1
-        out = (tuple(utils), sum(counts), tuple(counts), unavoidable)
-        self._utils[rc.team] = (rc.epoch, until, *out)
-        return out
-
-    # ---- RayJobs, incrementally
-    def _rj_eval(self, w: SimWorkload, start: float, now: float) -> tuple[float, float, str | None, bool, int]:
-        t = now - start - self.cfg.rayjob_startup_s
-        gpus = w.gpus
-        if t < 0:  # the RayJob's own cluster is starting: unavoidable
-            return start + self.cfg.rayjob_startup_s, 0.0, "starting", True, gpus
-        job = w.job
-        u = job.util_at(t)
-        until = start + self.cfg.rayjob_startup_s + _next_change(job, t)
-        if u >= IDLE_UTIL:
-            return until, u * gpus, None, False, gpus
-        phase = job.phase_at(t)
-        if phase == "stalled":
-            return until, u * gpus, "stalled", False, gpus
-        if phase == "starting":
-            return until, u * gpus, "starting", True, gpus
-        return until, u * gpus, "in_job", False, gpus
-
-    def _rj_set(self, w: SimWorkload, now: float) -> None:
-        self._rj_drop(w.name)
-        start = self.run_start[w.name]
-        e = self._rj_eval(w, start, now)
-        self._rj[w.name] = e
-        self._rj_used += e[1]
+    def _l_put(self, key: str, e: tuple[float, float, str | None, bool, int]) -> None:
+        self._l_drop(key)
+        self._ledger[key] = e
+        self._l_used += e[1]
         if e[2] is not None:
-            self._rj_classes[e[2]] += e[4]
+            self._l_classes[e[2]] += e[4]
         if e[3]:
-            self._rj_unavoidable += e[4]
-        self._seq += 1
-        heapq.heappush(self._rj_heap, (e[0], self._seq, w.name))
-        u = e[1] / e[4] if e[4] else 0.0
+            self._l_unavoidable += e[4]
+        if e[0] != math.inf:
+            self._seq += 1
+            heapq.heappush(self._ledger_heap, (e[0], self._seq, key))
+
+    def _l_drop(self, key: str) -> None:
+        e = self._ledger.pop(key, None)
+        if e is None:
+            return
+        self._ledger_ref.pop(key, None)
+        self._l_used -= e[1]
+        if e[2] is not None:
+            self._l_classes[e[2]] -= e[4]
+        if e[3]:
+            self._l_unavoidable -= e[4]
+        if not self._ledger:
+            self._l_used = 0.0  # no float drift carried over an empty cluster
+
+    def _ledger_refresh(self, now: float) -> None:
+        heap = self._ledger_heap
+        while heap and heap[0][0] <= now:
+            until, _, key = heapq.heappop(heap)
+            e = self._ledger.get(key)
+            if e is None or e[0] != until:
+                continue  # stale: the entry changed since
+            ref = self._ledger_ref[key]
+            if ref[0] == "j":
+                w = self.workloads.get(ref[1])
+                if w is not None and w.name in self.run_start:
+                    self._j_set(w)
+                continue
+            rc = self.rays[ref[1]]
+            wk = rc.workers.get(ref[2])
+            if wk is None:
+                continue
+            old_used = e[1]
+            self._w_set(rc, wk)
+            if wk.task is not None and now < wk.busy_until and self._ledger[key][1] != old_used:
+                # the task's utilization moved (a phase or segment change): the worker is observed anew
+                # (a new generation: views cached by it are rebuilt); its end event follows it
+                wk.generation += 1
+                rc.epoch += 1
+                self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
+
+    def _w_set(self, rc: SimRayCluster, wk: SimWorker) -> None:
+        """A Ray worker's ledger entry now: not ready -> starting; nothing on it -> empty; its actor's
+        idle tail -> idle_actor; busy under the threshold -> its task's phase (starting, stalled, in_job)."""
+        now = self.now
+        key = f"{rc.namespace}/{wk.name}"
+        u = 0.0
+        if now < wk.ready_at:
+            e: tuple[float, float, str | None, bool, int] = (wk.ready_at, 0.0, "starting", False, 1)
+        elif wk.task is None:
+            e = (math.inf, 0.0, "empty", False, 1)
+        elif now >= wk.busy_until:
+            e = (math.inf, 0.0, "idle_actor", False, 1)  # the tail_end event frees it
+        else:
+            start = wk.busy_until - wk.task.duration
+            t = now - start
+            u = wk.task.util_at(t)
+            until = min(wk.busy_until, _after(now, start + _next_change(wk.task, t)))
+            cls: str | None = None
+            if u < IDLE_UTIL:
+                phase = wk.task.phase_at(t)
+                cls = "stalled" if phase == "stalled" else "starting" if phase == "starting" else "in_job"
+            e = (until, u, cls, cls == "starting", 1)  # a task's own start-up: no scaler avoids it
+        self._l_put(key, e)
+        self._ledger_ref[key] = ("w", rc.team, wk.name)
+        if self._pod_util.get(key) != u:
+            self._pod_util[key] = u
+            self._mark_dirty(key)
+
+    def _j_set(self, w: SimWorkload) -> None:
+        """A running RayJob's ledger entry now: its cluster starting (t < 0) -> starting, unavoidable;
+        under the threshold -> its phase (starting: unavoidable; stalled; in_job)."""
+        start = self.run_start[w.name]
+        t = self.now - start - self.cfg.rayjob_startup_s
+        gpus = w.gpus
+        u = 0.0
+        if t < 0:
+            e: tuple[float, float, str | None, bool, int] = (start + self.cfg.rayjob_startup_s, 0.0, "starting",
+                                                             True, gpus)
+        else:
+            job = w.job
+            u = job.util_at(t)
+            until = _after(self.now, start + self.cfg.rayjob_startup_s + _next_change(job, t))
+            cls: str | None = None
+            if u < IDLE_UTIL:
+                phase = job.phase_at(t)
+                cls = "stalled" if phase == "stalled" else "starting" if phase == "starting" else "in_job"
+            e = (until, u * gpus, cls, cls == "starting", gpus)
+        self._l_put(w.name, e)
+        self._ledger_ref[w.name] = ("j", w.name)
         for i in range(w.job.pods):
             pod = f"{w.namespace}/{w.name}-{i}"
             if self._pod_util.get(pod) != u:
                 self._pod_util[pod] = u
                 self._mark_dirty(pod)
-
-    def _rj_drop(self, name: str) -> None:
-        e = self._rj.pop(name, None)
-        if e is None:
-            return
-        self._rj_used -= e[1]
-        if e[2] is not None:
-            self._rj_classes[e[2]] -= e[4]
-        if e[3]:
-            self._rj_unavoidable -= e[4]
-        if not self._rj:
-            self._rj_used = 0.0  # no drift carried over an empty cluster
-
-    def _rj_refresh(self, now: float) -> None:
-        heap = self._rj_heap
-        while heap and heap[0][0] <= now:
-            until, _, name = heapq.heappop(heap)
-            e = self._rj.get(name)
-            if e is not None and e[0] == until:
-                w = self.workloads.get(name)
-                if w is not None and name in self.run_start:
-                    self._rj_set(w, now)
 
     # ---- the GPU signal the reconcilers see
     def _mark_dirty(self, pod: str) -> None:
@@ -855,7 +842,7 @@ class Engine:
         its RayJob by the name its pods carry (``<rayjob>-<i>``), so the stall detector can attribute
         them.  Cached per node / workload: only what changed since the last call is rebuilt."""
         snap = self.snapshot(now)
-        self.usage_classes()  # brings the per-pod utilization up to date (cached: no cost if fresh)
+        self._ledger_refresh(now)  # brings the per-pod utilization up to date
         nodes = snap.nodes
         changed = False
         overlay = self._node_overlay
@@ -863,12 +850,18 @@ class Engine:
             cached = overlay.get(name)
             if cached is not None and cached[0] is base and name not in self._dirty_nodes:
                 continue
-            gpus = tuple(
-                _replace(g, utilization=self._pod_util.get(f"{g.pod.namespace}/{g.pod.name}", 0.0) if g.pod else 0.0,
-                         utilization_source="gpu_util")
-                for g in base.gpus
-            )
-            overlay[name] = (base, _replace(base, gpus=gpus))
+            old = cached[1].gpus if cached is not None and len(cached[1].gpus) == len(base.gpus) else ()
+            gpus = []
+            for i, g in enumerate(base.gpus):
+                u = self._pod_util.get(f"{g.pod.namespace}/{g.pod.name}", 0.0) if g.pod else 0.0
+                prev = old[i] if old else None
+                if prev is not None and prev.utilization == u and prev.pod == g.pod and prev.healthy == g.healthy \
+                        and prev.health_reason == g.health_reason:
+                    gpus.append(prev)  # unchanged: the GpuState built before
+                else:
+                    gpus.append(GpuState(g.uuid, g.node, g.index, g.model, g.healthy, g.health_reason, u, "gpu_util",
+                                         g.memory_used_bytes, g.pod))
+            overlay[name] = (base, _replace(base, gpus=tuple(gpus)))
             changed = True
         self._dirty_nodes.clear()
         if changed or self._nodes_map is None or self._nodes_map[0] is not nodes:
@@ -969,3 +962,9 @@ def _next_change(job: Job, t: float) -> float:
     if job.profile is not None:
         return job.profile.next_change(t)
     return (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S
+
+
+def _after(now: float, t: float) -> float:
+    """``t``, or the next float after ``now`` when rounding (``start + (now - start)``) put it at or
+    before ``now``: a ledger entry is always valid for some time, so a refresh never loops."""
+    return t if t > now else math.nextafter(now, math.inf)
