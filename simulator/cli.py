@@ -238,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         from simulator.report import write_outputs
 
         write_outputs(Path(args.out), engines)
-    from simulator.report import recommendations_table
+    from simulator.report import accounting_table, recommendations_table
 
+    print(accounting_table(out["policies"]), file=sys.stderr)
     print(recommendations_table(recommendations), file=sys.stderr)
     print(f"simulated {len(policies)} policies in {elapsed:.1f}s", file=sys.stderr)
     return 0

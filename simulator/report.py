@@ -1,8 +1,9 @@
 """Plots and timelines of simulation runs (matplotlib, Agg backend: no display needed).
 
 ``write_outputs(dir, engines)`` writes ``timeline-<policy>.csv`` and three PNGs: ``wait_cdf.png``
-(queue wait CDF per policy), ``idle_gpu_hours.png`` (idle-but-allocated GPU-hours per policy) and
-``timeline.png`` (queue length, allocated and used GPUs over time, per policy).
+(queue wait CDF per policy), ``idle_gpu_hours.png`` (idle-but-allocated GPU-hours per policy, split by
+class, with the run's lower bound on controllable idle) and ``timeline.png`` (queue length, allocated
+and used GPUs over time, per policy).  ``accounting_table`` is the printed report's table.
 """
 
 from __future__ import annotations
@@ -57,19 +58,28 @@ def plot_wait_cdf(path: Path, engines: Mapping[str, Any]) -> None:
     plt.close(fig)
 
 
+CLASS_COLORS = {"empty": "#de2d26", "starting": "#fc9272", "idle_actor": "#fdae6b", "stalled": "#756bb1",
+                "in_job": "#bdbdbd"}
+
+
 def plot_idle(path: Path, engines: Mapping[str, Any]) -> None:
     plt = _plt()
     names = list(engines)
-    idle = [e.metrics.idle_gpu_s / 3600 for e in engines.values()]
     alloc = [e.metrics.allocated_gpu_s / 3600 for e in engines.values()]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     x = np.arange(len(names))
     ax.bar(x - 0.2, alloc, 0.4, label="allocated GPU-hours", color="#9ecae1")
-    ax.bar(x + 0.2, idle, 0.4, label="idle-but-allocated GPU-hours (<5 % util)", color="#de2d26")
+    bottom = np.zeros(len(names))
+    for cls, color in CLASS_COLORS.items():
+        vals = np.asarray([e.metrics.idle_class_gpu_s.get(cls, 0.0) / 3600 for e in engines.values()])
+        ax.bar(x + 0.2, vals, 0.4, bottom=bottom, label=f"idle (<5 %): {cls}", color=color)
+        bottom += vals
+    lb = [e.metrics.lower_bound_idle_gpu_s / 3600 for e in engines.values()]
+    ax.scatter(x + 0.2, lb, marker="_", s=400, color="black", label="lower bound on controllable idle", zorder=3)
     ax.set_xticks(x, names, rotation=20)
     ax.set_ylabel("GPU-hours")
     ax.set_title("Allocated and idle-but-allocated GPU-hours by policy")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -130,4 +140,22 @@ def recommendations_table(recommendations: Mapping[str, list[dict[str, Any]]], l
                          f"{r['gpus_per_worker']}->{r['recommended_gpus_per_worker']} GPUs/worker "
                          f"replicas {r['recommended_min_replicas']}-{r['recommended_max_replicas']} "
                          f"{r['idle_gpu_hours']:>10,.1f} GPU-h  {r['reason']}")
+    return "\n".join(lines)
+
+
+def accounting_table(policies: Mapping[str, Mapping[str, Any]]) -> str:
+    """The printed report's accounting table, one row per policy, from each policy's JSON summary:
+    idle and controllable idle, idle by class, killed work, the run's lower bound on controllable idle
+    (GPU-hours), and p95 / p99 waits per job class (s)."""
+    head = (f"{'policy':<20}{'idle':>9}{'ctrl':>9}{'empty':>8}{'start':>8}{'actor':>8}{'stall':>8}{'in_job':>8}"
+            f"{'killed':>8}{'bound':>8}  {'task p95/p99 s':>16}  {'workload p95/p99 s':>18}")
+    lines = ["accounting (GPU-hours; ctrl = empty + start + actor + stall; bound: no scaler does better):", head]
+    for name, p in policies.items():
+        c = p["idle_gpu_hours_by_class"]
+        w95, w99 = p["wait_p95_s_by_class"], p["wait_p99_s_by_class"]
+        lines.append(
+            f"{name:<20}{p['idle_gpu_hours']:>9,.0f}{p['idle_gpu_hours_controllable']:>9,.0f}{c['empty']:>8,.0f}"
+            f"{c['starting']:>8,.0f}{c['idle_actor']:>8,.0f}{c['stalled']:>8,.0f}{c['in_job']:>8,.0f}"
+            f"{p['killed_gpu_hours']:>8,.1f}{p['lower_bound_idle_gpu_hours']:>8,.0f}  "
+            f"{w95['ray_task']:>7,.0f}/{w99['ray_task']:>8,.0f}  {w95['workload']:>8,.0f}/{w99['workload']:>9,.0f}")
     return "\n".join(lines)
