@@ -137,8 +137,7 @@ def run_task(task: Task, trace: str, start: str, hours: float, detail: bool) -> 
                            "cpu_s": round(cpu, 2), "load_s": round(load_s, 2), "jobs": len(window.jobs), "total_gpus": eng.cluster.total_gpus}
     if detail:
         rec["shape"] = sim_shape(m.timeline, eng.cluster.total_gpus)
-        rec["series"] = {"waits": list(m.waits), "timeline": [list(r) for r in m.timeline],
-                         "idle_gpu_s": m.idle_gpu_s, "allocated_gpu_s": m.allocated_gpu_s}
+        rec["metrics"] = m  # the whole RunMetrics, for the reference plots (not kept in the JSON)
     return rec
 
 
@@ -572,7 +571,11 @@ def why(runs: Sequence[Mapping[str, Any]], verdicts: Sequence[Verdict], models: 
             r = [p[1]["summary"] for p in pairs]
             if v.met:
                 continue
-            notes.append(_why_one(t, v, q, r))
+            note = _why_one(t, v, q, r)
+            alts = [a for a in verdicts if a.target == t.key and a.model == model and a.config != v.config and a.met]
+            if alts:
+                note += " Met by " + ", ".join(f"{a.config} ({_vdetail(a, t)})" for a in alts) + "."
+            notes.append(note)
         met = [t.key for t in TARGETS if (v := primary(verdicts, t.key, model)) is not None and v.met]
         unmeasured = [t.key for t in TARGETS if (v := primary(verdicts, t.key, model)) is not None and v.met is None]
         head = f"**`{model}`**: met {', '.join(met) if met else 'none'}"
@@ -599,13 +602,22 @@ def _classes(rows: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(f"{c} {v:,.0f}" for v, c in parts)
 
 
+def _largest_controllable(rows: Sequence[Mapping[str, Any]]) -> str:
+    parts = [(v, c) for c in IDLE_CLASSES[:-1] if (v := _mean_key(rows, f"idle_gpu_hours_by_class.{c}")) is not None]
+    total = sum(v for v, _ in parts)
+    if not parts or total <= 0:
+        return ""
+    v, c = max(parts)
+    return f"; the largest controllable class is {c}: {v:,.0f} GPU-h, {v / total:.0%} of the controllable idle"
+
+
 def _why_one(t: Target, v: Verdict, q: Sequence[Mapping[str, Any]], r: Sequence[Mapping[str, Any]]) -> str:
     who = f"{v.config} ({v.runs - v.runs_met} of {v.runs} runs over the limit)"
     if t.key == "controllable_idle":
         return (f"*{t.key}*: {who} leaves {_fmt(_mean_key(q, 'idle_gpu_hours_controllable'))} controllable idle "
                 f"GPU-h against ray-idle's {_fmt(_mean_key(r, 'idle_gpu_hours_controllable'))} (mean "
                 f"{_fmt(v.mean, '.2f')}x, limit {t.limit:g}x); its idle GPU-h by class, largest first: {_classes(q)} "
-                f"(ray-idle: {_classes(r)}).")
+                f"(ray-idle: {_classes(r)}){_largest_controllable(q)}.")
     if t.key == "total_idle":
         ctrl, tot = _mean_key(q, "idle_gpu_hours_controllable"), _mean_key(q, "idle_gpu_hours")
         rest = None if ctrl is None or tot is None else tot - ctrl
@@ -636,7 +648,7 @@ def _why_one(t: Target, v: Verdict, q: Sequence[Mapping[str, Any]], r: Sequence[
     if t.key == "bound":
         return (f"*{t.key}*: {who}: controllable idle {_fmt(_mean_key(q, 'idle_gpu_hours_controllable'))} GPU-h "
                 f"against a lower bound of {_fmt(_mean_key(q, 'lower_bound_idle_gpu_hours'))} (mean "
-                f"{_fmt(v.mean, '.2f')}x, limit {t.limit:g}x); idle by class: {_classes(q)}.")
+                f"{_fmt(v.mean, '.2f')}x, limit {t.limit:g}x); idle by class: {_classes(q)}{_largest_controllable(q)}.")
     return f"*{t.key}*: {who}, worst {_fmt(v.worst, '.3g')}."
 
 
@@ -769,7 +781,7 @@ def plot_matrix(path: Path, runs: Sequence[Mapping[str, Any]], models: Sequence[
                    label=f"failure rate {rate:g}")
         ax.set_xticks(x, labels, rotation=20, fontsize=8)
         ax.set_ylabel("controllable idle GPU-h", fontsize=8)
-        ax.set_title(model, fontsize=9, loc="left")
+        ax.set_title(f"{model}: mean over seeds, error bars min-max over seeds", fontsize=9, loc="left")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -780,13 +792,11 @@ def plot_matrix(path: Path, runs: Sequence[Mapping[str, Any]], models: Sequence[
 def plot_reference(out: Path, prefix: str, runs: Sequence[Mapping[str, Any]]) -> None:
     from simulator.report import plot_idle, plot_timeline, plot_wait_cdf
 
-    ref = [r for r in runs if r.get("series")]
+    ref = [r for r in runs if r.get("metrics") is not None]
     if not ref:
         return
-    engines = {r["label"]: SimpleNamespace(
-        metrics=SimpleNamespace(waits=r["series"]["waits"], timeline=r["series"]["timeline"],
-                                idle_gpu_s=r["series"]["idle_gpu_s"], allocated_gpu_s=r["series"]["allocated_gpu_s"]),
-        cluster=SimpleNamespace(total_gpus=r["total_gpus"])) for r in ref}
+    engines = {r["label"]: SimpleNamespace(metrics=r["metrics"], cluster=SimpleNamespace(total_gpus=r["total_gpus"]))
+               for r in ref}
     plot_wait_cdf(out / f"{prefix}_wait_cdf.png", engines)
     plot_idle(out / f"{prefix}_idle_gpu_hours.png", engines)
     plot_timeline(out / f"{prefix}_timeline.png", engines, ref[0]["total_gpus"])
@@ -897,8 +907,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         data = run(args, argv, json_path)
         plot_reference(out, name, data["runs"])
-        for r in data["runs"]:  # the raw series only feed the reference plots: not kept in the JSON
-            r.pop("series", None)
+        for r in data["runs"]:  # the raw metrics only feed the reference plots: not kept in the JSON
+            r.pop("metrics", None)
         json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     plot_matrix(out / f"{name}_controllable_idle.png", data["runs"], data["meta"]["models"], data["meta"]["rates"])
     text = render(data, helios_shape(shared), name)
