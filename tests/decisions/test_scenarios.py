@@ -233,7 +233,7 @@ async def test_dry_run_is_a_shadow_kueue_admits_as_without_us(fake_api, world, m
     world.reserve("huge", "cq-a", {"main": "a100"}, T0 + 2)
     world.ray_demand["team-a/rc"] = (k.RayDemand(kind="task", shape=k.frozen_map({"GPU": 1.0}), count=2),)
     ctx = make_ctx(dry_run=True)
-    adm, scale, stall = build_reconcilers(ctx)
+    adm, scale, stall, _recommend = build_reconcilers(ctx)
     assert stall.writer is scale.writer
     assert adm.events is scale.events
     for r in (adm, scale):
@@ -367,7 +367,7 @@ async def test_without_an_api_client_nothing_is_written():
 
     registry = CollectorRegistry()
     ctx = ControllerContext(api_client=None, registry=registry, counters=ControllerCounters(registry))
-    adm, scale, stall = build_reconcilers(ctx)
+    adm, scale, stall, _recommend = build_reconcilers(ctx)
     assert stall.writer is scale.writer
     snap = b.snapshot([b.node("n0")], [b.workload("w")],
                       ray=[b.ray_cluster([b.group(workers=[b.worker("w0")])], demand=[b.gpu_demand(1)])])
