@@ -17,9 +17,10 @@ functions so the tests can check them against hand-computed numbers:
 - ``ray-idle``: Ray's autoscaler (4c): launch workers for pending GPU bundles not covered by free or
   launching workers, at most ``max(5, upscaling_speed x max(running, 1))`` launching (upscaling_speed
   1000, KubeRay's default); delete by name every worker idle (no task, actor or object) for 60 s.
-- ``oracle``: a clairvoyant lower bound: knows every task's arrival and the end of its work; keeps
-  exactly the workers that run work now, the queued tasks and the arrivals within one start-up
-  delay, and drops a worker the moment its work ends (idle actors included).
+
+(The clairvoyant ``oracle`` scaler that was here is gone: queuepilot with the stall reclaim left less
+controllable idle than it on the same run, so it was no bound; ``simulator.metrics.lower_bound_idle_s``
+is the offline lower bound, docs/simulation.md "Accounting".)
 """
 
 from __future__ import annotations
@@ -218,31 +219,9 @@ class StaticScaler:
         return ScaleAction(clamp(self.replicas, view.min_replicas, view.max_replicas), reason="static")
 
 
-# ---------------------------------------------------------------------------------------- oracle
-def oracle_target(busy: int, pending: int, arrivals_soon: int) -> int:
-    return busy + pending + arrivals_soon
-
-
-@dataclass
-class OracleScaler:
-    name: str = "oracle"
-
-    def decide(self, view: GroupView) -> ScaleAction:
-        busy = sum(1 for w in view.workers if w.busy)
-        need = clamp(oracle_target(busy, view.pending_tasks, view.arrivals_soon), view.min_replicas,
-                     view.max_replicas)
-        if need >= view.replicas:
-            return ScaleAction(need, reason="oracle")
-        # drop workers whose work is over: idle tails first (they will never work again), then idle
-        spare = sorted((w for w in view.workers if not w.busy), key=lambda w: (not w.ray_busy, w.name))
-        drop = tuple(w.name for w in spare[: view.replicas - need])
-        return ScaleAction(view.replicas - len(drop), drop, reason="oracle")
-
-
 BASELINE_SCALERS: dict[str, Callable[..., Scaler]] = {
     "static": StaticScaler,
     "hpa": HpaScaler,
     "keda": KedaScaler,
     "ray-idle": RayIdleScaler,
-    "oracle": OracleScaler,
 }

@@ -71,7 +71,10 @@ def positive_factor(text: str) -> float:
     return _number(text, allow_zero=False)
 
 
-REMOVED_POLICIES: dict[str, str] = {}  # name -> why it is gone (the CLI still names it)
+REMOVED_POLICIES: dict[str, str] = {  # name -> why it is gone (the CLI still names it)
+    "oracle": "it was no bound (queuepilot with --stall-reclaim left less controllable idle than it on the "
+              "same run); lower_bound_idle_gpu_hours in the JSON is the offline lower bound",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,6 @@ static              AdmissionCheck -> ``AdmissionReconciler``   fixed replicas
 hpa                 AdmissionCheck -> ``AdmissionReconciler``   HPA on GPU utilization
 ray-idle            AdmissionCheck -> ``AdmissionReconciler``   Ray autoscaler, 60 s idle timeout
 keda                AdmissionCheck -> ``AdmissionReconciler``   KEDA on queue length
-oracle              AdmissionCheck -> ``AdmissionReconciler``   clairvoyant
 ==================  ==========================================  =====================================
 
 Each baseline swaps exactly one part of queuepilot, so a difference in the table is that part's.
@@ -66,7 +65,6 @@ from simulator.baselines import (
     GroupView,
     HpaScaler,
     KedaScaler,
-    OracleScaler,
     RayIdleScaler,
     ScaleAction,
     Scaler,
@@ -92,8 +90,7 @@ from simulator.utilization import SEGMENT_S
 from simulator.workload import TASK, Job, team_gpu_shares
 from simulator.writer import SimWriter
 
-POLICIES: tuple[str, ...] = ("queuepilot", "queuepilot-reclaim", "static", "hpa", "ray-idle", "keda", "kueue-quota",
-                             "oracle")
+POLICIES: tuple[str, ...] = ("queuepilot", "queuepilot-reclaim", "static", "hpa", "ray-idle", "keda", "kueue-quota")
 COHORT = "research"
 
 
@@ -156,7 +153,6 @@ def make_policy(name: str, teams: Sequence[str], static_replicas: Callable[[str]
         "hpa": lambda t: HpaScaler(),
         "ray-idle": lambda t: RayIdleScaler(),
         "keda": lambda t: KedaScaler(),
-        "oracle": lambda t: OracleScaler(),
     }
     if name not in factories:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")

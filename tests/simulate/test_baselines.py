@@ -5,7 +5,6 @@ from __future__ import annotations
 from simulator.baselines import (
     GroupView,
     KedaScaler,
-    OracleScaler,
     RayIdleScaler,
     StaticScaler,
     WorkerView,
@@ -94,15 +93,8 @@ def test_ray_idle_timeout_is_60s_and_counts_actors_as_busy():
     assert action.replicas == 2 and action.delete == ("a",)
 
 
-def test_static_and_oracle():
+def test_static():
     assert StaticScaler(7).decide(_view(0.0, 3)).replicas == 7
-    ws = [WorkerView("a", True, True, True, 0.9, None), WorkerView("b", True, True, False, 0.0, None),
-          WorkerView("c", True, False, False, 0.0, 5.0)]
-    # busy 1 + pending 2 + 1 arriving within the start-up delay = 4 > 3 workers: add one
-    assert OracleScaler().decide(_view(10.0, 3, ws, pending=2, soon=1)).replicas == 4
-    # nothing pending: keep the busy one, drop the idle tail (b) and the idle worker (c)
-    a = OracleScaler().decide(_view(10.0, 3, ws))
-    assert a.replicas == 1 and set(a.delete) == {"b", "c"}
 
 
 # --- the baselines inside the engine: one task, hand-computed timeline -------------------------------
@@ -128,8 +120,3 @@ def test_ray_idle_engine_timeline():
     assert m.idle_gpu_s == 270.0 - 120.0
 
 
-def test_oracle_engine_timeline():
-    """The oracle drops the worker at the first tick after the work ends (t=210)."""
-    m = _one_task_engine("oracle").run()
-    assert m.jobs_completed == 1 and m.waits == [90.0]
-    assert m.allocated_gpu_s == 210.0

@@ -85,14 +85,18 @@ def test_simulate_json_contract_and_determinism(tmp_path):
 
 def test_simulate_writes_plots_and_rejects_bad_input(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["--trace", "synthetic", "--hours", "4", "--nodes", "4", "--policies", "static,oracle", "--out", str(out),
+    rc = main(["--trace", "synthetic", "--hours", "4", "--nodes", "4", "--policies", "static,ray-idle", "--out", str(out),
                "--json", str(tmp_path / "r.json"), "--no-progress"])
     assert rc == 0
-    for f in ("wait_cdf.png", "idle_gpu_hours.png", "timeline.png", "timeline-static.csv", "timeline-oracle.csv"):
+    for f in ("wait_cdf.png", "idle_gpu_hours.png", "timeline.png", "timeline-static.csv", "timeline-ray-idle.csv"):
         assert (out / f).stat().st_size > 0
     assert (out / "wait_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["--trace", "synthetic", "--policies", "nope", "--no-progress"]) == 2
     assert "unknown policies" in capsys.readouterr().err
+    # the oracle was dropped (no bound: an online policy beat it); named, it is refused with why
+    assert main(["--trace", "synthetic", "--policies", "queuepilot,oracle", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "'oracle' was removed" in err and "lower_bound_idle_gpu_hours" in err and len(err.splitlines()) == 1
     assert main(["--trace", str(tmp_path / "missing.csv"), "--no-progress"]) == 2
 
 
