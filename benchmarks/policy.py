@@ -956,6 +956,8 @@ def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str,
     tasks = build_matrix(models, seeds, rates, policies, stall_models, args.caps, cap_policies)
     ref = (models[0], seeds[0], rates[0])
     print(f"{len(tasks)} runs on {args.jobs} processes ({hours:g} h each)", file=sys.stderr)
+    commit = _git("rev-parse", "--short", "HEAD") or "?"  # what the runs ran: read before them
+    dirty = bool(_git("status", "--porcelain", "--", "simulator", "autoscaler", "benchmarks/policy.py"))
     t0 = time.perf_counter()
     records = run_matrix(tasks, args.trace, args.start, hours, args.jobs, ref, previous_costs(json_path),
                          progress=not args.no_progress)
@@ -963,10 +965,9 @@ def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str,
     order = {t: i for i, t in enumerate(tasks)}
     records.sort(key=lambda r: order[Task(r["model"], r["seed"], r["rate"], r["policy"], r["stall_reclaim"],
                                           r["cap"])])
-    dirty = bool(_git("status", "--porcelain", "--", "simulator", "autoscaler", "benchmarks/policy.py"))
     meta = {
         "command": " ".join([".venv/bin/python benchmarks/policy.py", *argv]), "make_bench": not argv,
-        "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "commit": _git("rev-parse", "--short", "HEAD") or "?",
+        "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "commit": commit,
         "dirty": dirty, "machine": _machine(),
         "cores": os.cpu_count(), "processes": args.jobs, "wall_s": round(wall, 1),
         "run_s_sum": round(sum(r["secs"] for r in records), 1),
