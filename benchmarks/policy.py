@@ -744,8 +744,8 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
     lines += ["## Per-team worker cap sweep", "", *cap_section(runs, ref), "",
               "## Queue dynamics vs Helios (shape check, reported not asserted)", "", *helios_section(runs, helios), "",
               "## Plots", "",
-              f"- `{prefix}_controllable_idle.png`: controllable idle GPU-hours per policy, one panel per model and "
-              "failure rate, bars = mean over seeds, error bars = min-max over seeds.",
+              f"- `{prefix}_controllable_idle.png`: controllable idle GPU-hours per policy, one panel per model, "
+              "a bar per failure rate = mean over seeds, error bars = min-max over seeds.",
               f"- `{prefix}_wait_cdf.png`, `{prefix}_idle_gpu_hours.png`, `{prefix}_timeline.png`: the `{ref[0]}` "
               f"seed-{ref[1]} run at failure rate {ref[2]:g}.", ""]
     return "\n".join(lines) + "\n"
