@@ -173,3 +173,17 @@ def test_history_is_frozen():
     with pytest.raises(TypeError):
         r.history["x"] = StallTrack(0.0, None)  # type: ignore[index]
     assert isinstance(r.history, type(frozen_map()))
+
+
+def test_a_worker_of_a_raycluster_no_workload_owns_is_not_matched_by_job_name():
+    """A team's RayCluster (no Workload owns it) named so that its worker pods start with a Job's name:
+    those GPUs belong to the RayCluster, not to the Job -- a busy pool must not keep a hung Job alive,
+    nor an idle one make a busy Job look stalled."""
+    pool = ray_cluster([group(workers=[worker("train-pool-gpu-w0", util=0.9)])], name="train-pool")
+    wls = [job("train")]
+    node = gpu_node("n0", {("team-a", "train-abc12"): 0.0, ("team-a", "train-pool-gpu-w0"): 0.9})
+    snap = snapshot([node], wls, ray=[pool])
+    got = {k: sorted(g.pod.name for g in v) for k, v in workload_gpus(snap, wls).items()}
+    assert got == {"team-a/job-train": ["train-abc12"]}
+    r = decide_stalls(snap, C, {"team-a/job-train": StallTrack(NOW - W, None)}, NOW)
+    assert [s.key for s in r.stalled] == ["team-a/job-train"]

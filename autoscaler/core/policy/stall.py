@@ -188,25 +188,26 @@ def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]
     for w in sorted(candidates, key=lambda w: w.key):  # one job name, several kinds: the first by key
         if w.owner_name:
             by_name.setdefault((w.namespace, w.owner_name), w)
-    pod_owner: dict[tuple[str, str], str] = {}
+    # a Ray worker's pod belongs to the Workload of its RayCluster, or to none (a RayCluster no
+    # candidate owns: its pods are not looked up by job name)
+    pod_owner: dict[tuple[str, str], str | None] = {}
     for rc in snapshot.ray_clusters.values():
         wl = by_owner.get((rc.namespace, "RayCluster", rc.name))
         origin = rc.labels.get(RAY_ORIGIN_NAME_LABEL)
         if wl is None and origin:
             wl = by_owner.get((rc.namespace, rc.labels.get(RAY_ORIGIN_KIND_LABEL, "RayJob"), origin))
-        if wl is None:
-            continue
         for g in rc.groups:
             for worker in g.workers:
-                pod_owner[(rc.namespace, worker.pod)] = wl.key
+                pod_owner[(rc.namespace, worker.pod)] = wl.key if wl is not None else None
     out: dict[str, list[GpuState]] = {}
     for name in sorted(snapshot.nodes):
         for gpu in snapshot.nodes[name].gpus:
             if gpu.pod is None:
                 continue
             pk = (gpu.pod.namespace, gpu.pod.name)
-            key = pod_owner.get(pk)
-            if key is None:
+            if pk in pod_owner:
+                key = pod_owner[pk]
+            else:
                 owner = _by_job_name(by_name, gpu.pod.namespace, gpu.pod.name)
                 key = owner.key if owner is not None else None
             if key is not None:
