@@ -31,7 +31,7 @@ SEEDS = (1, 2, 3)
 MAX_GPUS = 896  # the default simulated cluster (112 nodes x 8 GPUs)
 ZERO = 0.01  # "0 %": under 1 %
 
-ACME = "AcmeTrace `data/utilization/util_pkl/util_gpu_{}.pkl` (NSDI'24), read in research-traces.md 3.5"
+ACME = "AcmeTrace `data/utilization/util_pkl/util_gpu_{}.pkl` (NSDI'24): the CDF arrays of its analysis.ipynb, cell \"CDF: GPU Job Duration & Utilization\""
 # published per-sample targets: share at 0 %, median, p75 (p25 and the mean are not published)
 TARGETS: dict[str, tuple[str, float, float, float, str]] = {
     "grounded": ("Philly", 0.322, 0.486, 0.92, ACME.format("philly")),

@@ -10,7 +10,7 @@ function of time since the job started running, with its phase boundaries precom
 Models (``MODELS``; ``get_model(name)``):
 
 - ``grounded`` (default): fitted to the published per-sample distributions of Philly (AcmeTrace
-  utilization CDFs, research-traces.md 3.5): a start-up phase at 0 % (image pull, data loading),
+  utilization CDFs: AcmeTrace util_gpu_philly.pkl, NSDI'24): a start-up phase at 0 % (image pull, data loading),
   an active phase whose 5-minute segments take Beta-spread levels around the job's mean with some
   segments idle inside the job (evaluation, checkpointing, input stalls), and for a fraction of
   jobs a stalled tail at 0 % (hung job, notebook left open, actor holding a GPU) that lasts until
