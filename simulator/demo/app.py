@@ -45,6 +45,7 @@ from servicekit.envflags import EnvError, HelpFormatter, apply_env
 from servicekit.listen import ListenAddress, listen_arg
 from simulator.demo.sources import SimRayClient
 from simulator.demo.world import DemoConfig, DemoWorld, _clock
+from simulator.utilization import MODELS
 
 log = logging.getLogger("queuepilot.demo")
 
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=positive_number, default=60.0, help="simulated seconds per real second")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace and the failures")
     p.add_argument("--nodes", type=count(1, 64), default=4, help="8-GPU nodes")
+    p.add_argument("--util-model", choices=sorted(MODELS), default="scattered",
+                   help="GPU utilization model of the synthetic trace (docs/simulation.md); the demo's story "
+                        "uses scattered, whose tasks leave empty workers soon")
     return p
 
 
@@ -196,7 +200,7 @@ def _hostport(url: str) -> str:
 
 # ------------------------------------------------------------------------------------------ main
 async def run(args: argparse.Namespace) -> int:
-    world = DemoWorld(DemoConfig(nodes=args.nodes, speed=args.speed, seed=args.seed))
+    world = DemoWorld(DemoConfig(nodes=args.nodes, speed=args.speed, seed=args.seed, util_model=args.util_model))
     await world.warm_up()
     exporters = [
         ExporterApp(src, listen=listen, hostname=name, interval=EXPORTER_INTERVAL_S)
