@@ -86,6 +86,7 @@ from simulator.kueue import (
 from simulator.metrics import IDLE_CLASSES, IDLE_UTIL, RunMetrics, lower_bound_idle_s
 from simulator.ray import SimRayCluster, SimWorker
 from simulator.snapshot import CHECK_NAME, POD_SET, SnapshotBuilder
+from simulator.timed_event import TimedEvent
 from simulator.utilization import SEGMENT_S
 from simulator.workload import TASK, Job, team_gpu_shares
 from simulator.writer import SimWriter
@@ -160,14 +161,6 @@ def make_policy(name: str, teams: Sequence[str], static_replicas: Callable[[str]
 
 
 # --------------------------------------------------------------------------------------- engine
-@dataclass(order=True)
-class _Event:
-    t: float
-    seq: int
-    kind: str = field(compare=False)
-    data: Any = field(compare=False, default=None)
-
-
 class Engine:
     """The simulated cluster under one policy. ``run()`` returns the ``RunMetrics``.
 
@@ -204,7 +197,7 @@ class Engine:
             if j.kind == TASK:
                 self._task_arrivals[j.team].append(j.submit)
         self.metrics = RunMetrics()
-        self.heap: list[_Event] = []
+        self.heap: list[TimedEvent] = []
         self._seq = 0
         self.now = 0.0
         self.workloads: dict[str, SimWorkload] = {}  # not finished
@@ -279,7 +272,7 @@ class Engine:
     # -------------------------------------------------------------------------------- helpers
     def push(self, t: float, kind: str, data: Any = None) -> None:
         self._seq += 1
-        heapq.heappush(self.heap, _Event(t, self._seq, kind, data))
+        heapq.heappush(self.heap, TimedEvent(t, self._seq, kind, data))
 
     def request_pass(self, at: float | None = None) -> None:
         t = self.now + self.cfg.pass_delay_s if at is None else at
@@ -400,7 +393,7 @@ class Engine:
             self._schedule_failure(0.0)
         self.push(0.0, "tick")
 
-    async def _dispatch(self, ev: _Event) -> None:
+    async def _dispatch(self, ev: TimedEvent) -> None:
         self.now = ev.t
         if ev.kind == "tick":
             await self._on_tick()

@@ -67,6 +67,7 @@ from autoscaler.core.snapshot import (
 )
 from simulator.cluster import SimCluster, SimNode
 from simulator.kueue import ADMITTED, FINISHED, INACTIVE, RUNNING, SimClusterQueue, SimKueue, SimWorkload
+from simulator.timed_event import TimedEvent
 from simulator.workload import TEAMS, Job, team_gpu_shares
 
 ALL_AT_ONCE = "all-at-once"
@@ -320,14 +321,6 @@ class FleetMetrics:
 
 
 # ------------------------------------------------------------------------------------ engine
-@dataclass(order=True, slots=True)
-class _Event:
-    t: float
-    seq: int
-    kind: str = field(compare=False)
-    data: Any = field(compare=False, default=None)
-
-
 class FleetSim:
     """One dispatcher over one trace window on an N-worker fleet: ``FleetSim(...).run()``."""
 
@@ -362,7 +355,7 @@ class FleetSim:
         self.by_key: dict[str, Dispatch] = {}
         self.dispatching: dict[str, Dispatch] = {}  # quota reserved in the manager, no worker won yet
         self.running: dict[str, Dispatch] = {}
-        self.heap: list[_Event] = []
+        self.heap: list[TimedEvent] = []
         self._seq = 0
         self.now = 0.0
         self._pass_at: float | None = None
@@ -378,7 +371,7 @@ class FleetSim:
     # ------------------------------------------------------------------------------- events
     def push(self, t: float, kind: str, data: Any = None) -> None:
         self._seq += 1
-        heapq.heappush(self.heap, _Event(t, self._seq, kind, data))
+        heapq.heappush(self.heap, TimedEvent(t, self._seq, kind, data))
 
     def request_pass(self, at: float | None = None) -> None:
         """A pass within ``pass_delay_s`` (coalesced), or one at ``at`` (a timer: never coalesced)."""
