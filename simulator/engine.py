@@ -629,11 +629,21 @@ class Engine:
         self.snapshots.forget(w)
         self.request_pass()
 
+    def rayjob_running_s(self, start: float) -> float:
+        """Seconds a RayJob that started at ``start`` has run its entrypoint (negative while its
+        ephemeral cluster starts)."""
+        return self.now - start - self.cfg.rayjob_startup_s
+
+    def rayjob_util(self, w: SimWorkload, start: float) -> float:
+        """The GPU utilization of a running RayJob's pods now (0 while its cluster starts)."""
+        t = self.rayjob_running_s(start)
+        return w.job.util_at(t) if t >= 0 else 0.0
+
     def _stop_rayjob(self, w: SimWorkload, *, killed: bool) -> None:
         """A running RayJob's pods go (it ended, or was evicted: then the work it had left is lost)."""
         start = self.run_start.pop(w.name, None)
         if killed and start is not None:
-            t = self.now - start - self.cfg.rayjob_startup_s
+            t = self.rayjob_running_s(start)
             self.metrics.record_killed(max(0.0, _work_s(w.job) - max(0.0, t)) * w.gpus)
         for i in range(w.job.pods):
             pod = f"{w.namespace}/{w.name}-{i}"
@@ -797,7 +807,7 @@ class Engine:
         """A running RayJob's ledger entry now: its cluster starting (t < 0) -> starting, unavoidable;
         under the threshold -> its phase (starting: unavoidable; stalled; in_job)."""
         start = self.run_start[w.name]
-        t = self.now - start - self.cfg.rayjob_startup_s
+        t = self.rayjob_running_s(start)
         gpus = w.gpus
         u = 0.0
         if t < 0:

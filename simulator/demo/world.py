@@ -248,8 +248,7 @@ class DemoWorld:
             w = e.workloads.get(name)
             if w is None:
                 continue
-            t = e.now - start - e.cfg.rayjob_startup_s
-            u = w.job.util_at(t) if t >= 0 else 0.0
+            u = e.rayjob_util(w, start)
             for i in range(w.job.pods):
                 out[f"{w.namespace}/{w.name}-{i}"] = u
         return out
