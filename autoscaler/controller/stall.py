@@ -4,15 +4,20 @@ deactivate them so that Kueue releases their quota.
 Per pass: ``decide_stalls`` (pure, ``autoscaler.core.policy.stall``) on the snapshot with the
 timers of the previous pass, then:
 
-- a new stall (past the stall window for the first time) -> a Warning Event ``StalledWorkload`` on
-  the Workload, once per stall, and a decision line;
+- a new stall (past ``stall.window`` for the first time) -> a Warning Event ``StalledWorkload`` on
+  the Workload, once per stall, and a decision line; for an opted-in workload (below) it says when
+  the deactivation is due ("will be deactivated ... at 2h idle, at <time> (in 1h30m), unless a GPU
+  gets busy");
 - ``queuepilot_stalled_workloads{cluster_queue}`` / ``queuepilot_stalled_workload_gpus{cluster_queue}``
   set every pass (0 for the ClusterQueues with none, so a dashboard sees 0, not "no data");
 - in a ClusterQueue listed in ``stall.deactivate_cluster_queues`` or a namespace in
-  ``stall.deactivate_namespaces``: ``Writer.deactivate_workload`` (``spec.active: false``, pinned to
-  the snapshot's resourceVersion), then a Warning Event ``StalledWorkloadDeactivated`` naming why and
+  ``stall.deactivate_namespaces``, once the stall has lasted ``stall.deactivate_after`` (default 2 h,
+  at least the window: report early, act late, since a deactivation kills the job's pods):
+  ``Writer.deactivate_workload`` (``spec.active: false``, pinned to the snapshot's resourceVersion),
+  then a Warning Event ``StalledWorkloadDeactivated`` saying how long every GPU was idle, and
   ``queuepilot_stall_deactivations_total{cluster_queue, mode="live"}``.  A write that did not happen
-  (409 from a newer version, an error, held back by the backoff) is decided again next pass.
+  (409 from a newer version, an error, held back by the backoff) is decided again next pass.  A stall
+  that ends before the delay is never deactivated.
 
 Dry-run: nothing is written; the would-be deactivation is reported once per stall (a Normal Event
 "(dry-run) would deactivate ...", ``mode="dry_run"``), and the StalledWorkload Events are posted as
@@ -88,7 +93,7 @@ class StallReconciler:
             self.writer.post_event(ref, "Warning", R.STALLED_WORKLOAD, s.message, now)
             remember(self.ctx, f"{s.key} {R.STALLED_WORKLOAD}: {s.message}")
             log.info("stalled workload %s", s.message)
-        if not s.deactivate:
+        if not s.deactivate:  # reported only, or its deactivation is not due yet (s.deactivate_at)
             return True
         queue = s.cluster_queue
         if self.dry_run:

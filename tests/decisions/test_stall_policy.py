@@ -1,6 +1,6 @@
 """The stalled-workload decision on hand-built snapshots: attribution of GPUs to workloads (Job pods by
-name, RayCluster and RayJob workers), the window, once per stall, the opt-in deactivation, and the
-``stall:`` config section."""
+name, RayCluster and RayJob workers), the window, once per stall, the opt-in deactivation after its
+own longer delay (report early, act late), and the ``stall:`` config section."""
 
 from __future__ import annotations
 
@@ -9,12 +9,21 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.core import reasons as R
-from autoscaler.core.policy.stall import StallConfig, StallTrack, decide_stalls, stall_config, workload_gpus
+from autoscaler.core.policy.stall import (
+    StallConfig,
+    StallTrack,
+    decide_stalls,
+    format_duration,
+    stall_config,
+    workload_gpus,
+)
 from autoscaler.core.snapshot import GpuState, NodeState, PodKey, frozen_map
 from tests.decisions.builders import NOW, group, ray_cluster, snapshot, worker, workload
 
 C = StallConfig()
 W = C.window_seconds
+D = C.deactivate_after_seconds  # the deactivation delay (opted in)
+OPT_IN = StallConfig(deactivate_cluster_queues=("cq-a",))
 
 
 def gpu_node(name: str, pods: dict[tuple[str, str], float | None], source: str = "gr_engine_active") -> NodeState:
@@ -122,13 +131,14 @@ def test_ray_workers_belong_to_the_raycluster_or_the_rayjob_workload():
 
 
 def test_deactivation_is_opt_in_by_cluster_queue_or_namespace_and_once_per_stall():
-    hist = {"team-a/job-train": StallTrack(NOW - W, None)}
+    hist = {"team-a/job-train": StallTrack(NOW - D, None, reported=True)}
     assert [s.deactivate for s in decide_stalls(train_snapshot(0.0), C, hist, NOW).stalled] == [False]
     for cfg in (StallConfig(deactivate_cluster_queues=("cq-a",)), StallConfig(deactivate_namespaces=("team-a",))):
         r = decide_stalls(train_snapshot(0.0), cfg, hist, NOW)
         (s,) = r.stalled
         assert (s.deactivate, s.reason) == (True, R.STALLED_WORKLOAD_DEACTIVATED)
         assert "spec.active: false" in s.message and "releases its quota" in s.message
+        assert f"every GPU idle for {format_duration(D)}" in s.message  # how long, in the Event
         assert r.history[s.key].deactivated
         again = decide_stalls(train_snapshot(0.0, now=NOW + 30), cfg, r.history, NOW + 30)
         assert [x.deactivate for x in again.stalled] == [False]
@@ -137,6 +147,68 @@ def test_deactivation_is_opt_in_by_cluster_queue_or_namespace_and_once_per_stall
         assert [x.deactivate for x in decide_stalls(train_snapshot(0.0), cfg, back, NOW).stalled] == [True]
     other = StallConfig(deactivate_cluster_queues=("cq-b",), deactivate_namespaces=("team-b",))
     assert [s.deactivate for s in decide_stalls(train_snapshot(0.0), other, hist, NOW).stalled] == [False]
+
+
+def test_the_defaults_report_at_30m_and_deactivate_at_2h():
+    assert (W, D) == (1800.0, 7200.0)
+
+
+def test_opted_in_a_stall_is_reported_at_the_window_but_not_deactivated_before_the_delay():
+    r = decide_stalls(train_snapshot(0.0), OPT_IN, {}, NOW)
+    t = NOW + W
+    r = decide_stalls(train_snapshot(0.0, now=t), OPT_IN, r.history, t)
+    (s,) = r.stalled
+    assert (s.new, s.deactivate, s.reason) == (True, False, R.STALLED_WORKLOAD)  # reported, not acted on
+    assert s.deactivate_at == NOW + D and s.deactivate_in(t) == D - W
+    assert f"will be deactivated (spec.active: false) at {format_duration(D)} idle" in s.message
+    assert f"(in {format_duration(D - W)}), unless a GPU gets busy" in s.message
+    assert not r.history[s.key].deactivated
+    t = NOW + D - 1
+    r = decide_stalls(train_snapshot(0.0, now=t), OPT_IN, r.history, t)
+    assert [(x.new, x.deactivate) for x in r.stalled] == [(False, False)]
+    # not opted in: nothing is due
+    (plain,) = decide_stalls(train_snapshot(0.0, now=t), C, r.history, t).stalled
+    assert plain.deactivate_at is None and plain.deactivate_in(t) is None and "deactivated" not in plain.message
+
+
+@pytest.mark.parametrize("step", [30.0, 47.0, 600.0])
+def test_opted_in_a_stall_is_deactivated_once_at_or_after_the_delay(step):
+    history: dict = {}
+    decided = []
+    t = NOW
+    while t <= NOW + D + 4 * step:
+        r = decide_stalls(train_snapshot(0.0, now=t), OPT_IN, history, t)
+        history = dict(r.history)
+        decided += [(t, x) for x in r.stalled if x.deactivate]
+        t += step
+    ((at, s),) = decided  # exactly once in the stall
+    assert NOW + D <= at < NOW + D + step  # the first pass at or after the delay
+    assert s.stalled_for == at - NOW and s.reason == R.STALLED_WORKLOAD_DEACTIVATED and s.deactivate_in(at) == 0
+
+
+def test_a_delay_equal_to_the_window_reports_and_deactivates_in_one_pass():
+    cfg = StallConfig(deactivate_cluster_queues=("cq-a",), deactivate_after_seconds=W)
+    r = decide_stalls(train_snapshot(0.0), cfg, {}, NOW)
+    r = decide_stalls(train_snapshot(0.0, now=NOW + W), cfg, r.history, NOW + W)
+    assert [(x.new, x.deactivate) for x in r.stalled] == [(True, True)]
+
+
+def test_a_stall_that_ends_before_the_delay_is_never_deactivated_and_a_later_one_restarts_the_timer():
+    r = decide_stalls(train_snapshot(0.0), OPT_IN, {}, NOW)
+    t = NOW + W
+    r = decide_stalls(train_snapshot(0.0, now=t), OPT_IN, r.history, t)
+    assert [(x.new, x.deactivate) for x in r.stalled] == [(True, False)]  # reported
+    t = NOW + D - 60  # a GPU gets busy before the delay (evaluation done, training goes on)
+    r = decide_stalls(train_snapshot(0.3, now=t), OPT_IN, r.history, t)
+    assert r.stalled == () and r.history == {}
+    seen = []
+    restart = t + 60  # idle again: a new stall, timed from here
+    for t in (restart, NOW + D, NOW + D + 60, restart + W, restart + D - 1, restart + D):
+        r = decide_stalls(train_snapshot(0.0, now=t), OPT_IN, r.history, t)
+        seen.append([(x.new, x.deactivate) for x in r.stalled])
+    assert r.history["team-a/job-train"].since == restart
+    # not deactivated at the old stall's due time; reported again at the window; deactivated at the delay
+    assert seen == [[], [], [], [(True, False)], [(False, False)], [(False, True)]]
 
 
 def test_disabled_detects_nothing():
@@ -152,6 +224,37 @@ def test_config_section():
                                 "deactivate_cluster_queues": ["cq-a", " cq-b "], "deactivate_namespaces": []}})
     assert (c.window_seconds, c.gpu_utilization, c.deactivate_cluster_queues) == (2700.0, 0.02, ("cq-a", "cq-b"))
     assert C.deactivate_cluster_queues == () and C.deactivate_namespaces == ()  # safe default: report only
+    assert c.deactivate_after_seconds == D  # the default delay, over the window
+    for key, raw, want in (("deactivate_after", "3h", 10800.0), ("deactivate_after_seconds", 5400, 5400.0),
+                           ("deactivate-after", "45m", 2700.0), ("deactivate_after", "30m", 1800.0)):
+        got = stall_config({"stall": {key: raw}})
+        assert (got.deactivate_after_seconds, got.window_seconds) == (want, W)
+    # a window longer than the default delay, with no delay set (valid before the delay existed):
+    # deactivated at the window, not an error
+    long = stall_config({"stall": {"window": "3h"}})
+    assert (long.window_seconds, long.deactivate_after_seconds) == (10800.0, 10800.0)
+    assert stall_config({"stall": {"window": "1h"}}).deactivate_after_seconds == D
+    with pytest.raises(ValueError, match="'deactivate_after'"):  # the known keys name it
+        stall_config({"stall": {"deactivate_delay": "2h"}})
+
+
+@pytest.mark.parametrize(("section", "text"), [
+    ({"deactivate_after": "10m"}, "stall.deactivate_after (10m) must be at least stall.window (30m)"),
+    ({"window": "3h", "deactivate_after": "2h"}, "stall.deactivate_after (2h) must be at least stall.window (3h)"),
+    ({"window": "1h", "deactivate_after_seconds": 3599}, "(59m59s) must be at least stall.window (1h)"),
+])
+def test_a_delay_below_the_window_names_both(section, text):
+    with pytest.raises(ValueError) as e:
+        stall_config({"stall": section})
+    assert text in str(e.value)
+    with pytest.raises(ValueError, match=r"stall\.deactivate_after \(10m\) must be at least stall\.window \(30m\)"):
+        StallConfig(deactivate_after_seconds=600.0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 31 * 86400.0, True, "2h"])
+def test_the_delay_must_be_a_duration_of_at_most_30_days(bad):
+    with pytest.raises(ValueError, match=r"stall\.deactivate_after"):
+        StallConfig(deactivate_after_seconds=bad)
 
 
 @pytest.mark.parametrize(("section", "key"), [
@@ -160,6 +263,8 @@ def test_config_section():
     ({"enabled": "yes"}, "stall.enabled"), ({"deactivate_cluster_queues": "cq-a"}, "stall.deactivate_cluster_queues"),
     ({"deactivate_namespaces": ["ok", ""]}, "stall.deactivate_namespaces"),
     ({"deactivate_namespaces": [1]}, "stall.deactivate_namespaces"), ({"windw": "1h"}, "stall.windw"),
+    ({"deactivate_after": "soon"}, "stall.deactivate_after"), ({"deactivate_after": "31d"}, "stall.deactivate_after"),
+    ({"deactivate_after_seconds": -1}, "stall.deactivate_after_seconds"),
 ])
 def test_config_errors_name_the_key(section, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):

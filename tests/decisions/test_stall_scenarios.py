@@ -1,8 +1,9 @@
 """The stalled-workload detector through the fake API server with the real kubernetes-asyncio client:
 the Warning Event once per stall and the per-ClusterQueue gauge by default; with the opt-in, a merge
 patch ``spec.active: false`` validated by Kueue's Workload CRD, pinned to the snapshot's
-resourceVersion (a 409 is decided again on the next pass), held back after a failure; dry-run
-writes nothing."""
+resourceVersion (a 409 is decided again on the next pass), held back after a failure, and only once
+the stall has lasted ``stall.deactivate_after`` (most tests set it to the window; one keeps the 2 h
+default); dry-run writes nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from tests.decisions.test_scenarios import T0, base_world, events, sample
 WINDOW = 1800.0
 # deactivating a stalled Workload needs ``patch`` on kueue.x-k8s.io workloads (the object, not its status)
 DEACTIVATE_CALL = ("kueue.x-k8s.io", "workloads", "patch")
-OPT_IN = {"stall": {"deactivate_cluster_queues": ["cq-a"]}}
+# deactivated as soon as it is reported: the delay set to the window
+OPT_IN = {"stall": {"deactivate_cluster_queues": ["cq-a"], "deactivate_after": "30m"}}
+DELAY = 7200.0  # the default stall.deactivate_after
 
 
 def admitted_job(world, name="train", pods=2, at=T0 - 100):
@@ -93,6 +96,7 @@ async def test_opted_in_the_workload_is_deactivated_so_kueue_releases_its_quota(
     assert reasons == [("Warning", R.STALLED_WORKLOAD), ("Warning", R.STALLED_WORKLOAD_DEACTIVATED)]
     text = next(e[3] for e in events(fake_api) if e[2] == R.STALLED_WORKLOAD_DEACTIVATED)
     assert "spec.active: false" in text and "releases its quota" in text and "spec.active: true" in text
+    assert "every GPU idle for 30m" in text  # how long
     assert fake_api.observed_calls() <= CONTROLLER_API_CALLS | {DEACTIVATE_CALL}
     await rec.close()
 
@@ -157,7 +161,7 @@ async def test_dry_run_reports_the_would_be_deactivation_and_writes_nothing(fake
 async def test_a_namespace_opt_in_and_a_stale_gpu_signal(fake_api, world, make_ctx):
     base_world(world)
     admitted_job(world)
-    ctx = make_ctx(settings={"stall": {"deactivate_namespaces": ["team-a"], "window": "10m"}})
+    ctx = make_ctx(settings={"stall": {"deactivate_namespaces": ["team-a"], "window": "10m", "deactivate_after": "10m"}})
     rec = StallReconciler(ctx)
     await rec.reconcile(world.snapshot(T0), T0)
     await rec.reconcile(world.snapshot(T0 + 600, gpu_fresh=False), T0 + 600)  # no verdict on stale data
@@ -167,4 +171,45 @@ async def test_a_namespace_opt_in_and_a_stale_gpu_signal(fake_api, world, make_c
     assert not workload_patches(fake_api)
     await rec.reconcile(world.snapshot(T0 + 1300), T0 + 1300)
     assert world.get("Workload", "job-train")["spec"]["active"] is False
+    await rec.close()
+
+
+async def test_with_the_default_delay_a_stall_is_reported_at_the_window_and_deactivated_only_at_2h(
+        fake_api, world, make_ctx):
+    """Report early, act late: opted in with the default stall.deactivate_after (2 h), a stall that
+    ends between the window and the delay is reported but never deactivated; the next stall is timed
+    from its own start and deactivated 2 h into it."""
+    base_world(world)
+    admitted_job(world)
+    ctx = make_ctx(settings={"stall": {"deactivate_cluster_queues": ["cq-a"]}})
+    rec = StallReconciler(ctx)
+    assert rec.config.deactivate_after_seconds == DELAY
+    for t in (T0, T0 + WINDOW, T0 + 3600, T0 + DELAY - 60):
+        await rec.reconcile(world.snapshot(t), t)
+    assert sample(ctx.registry, "queuepilot_stalled_workloads", {"cluster_queue": "cq-a"}) == 1  # reported
+    assert not workload_patches(fake_api)  # not deactivated before the delay
+    await rec.writer.events.drain()
+    (report,) = [e for e in events(fake_api) if e[2] == R.STALLED_WORKLOAD]
+    assert "will be deactivated (spec.active: false) at 2h idle" in report[3]
+    assert "(in 1h30m), unless a GPU gets busy" in report[3]
+    # a GPU gets busy (evaluation over, training goes on): the stall ends before the delay
+    world.gpu_util[("team-a", "train-0x0")] = 0.5
+    await rec.reconcile(world.snapshot(T0 + DELAY - 30), T0 + DELAY - 30)
+    world.gpu_util[("team-a", "train-0x0")] = 0.0
+    restart = T0 + DELAY
+    for t in (restart, restart + 60, restart + WINDOW, restart + DELAY - 1):
+        await rec.reconcile(world.snapshot(t), t)
+    assert not workload_patches(fake_api)  # the first stall's due time passed: nothing
+    assert world.get("Workload", "job-train")["spec"].get("active", True) is True
+    assert sample(ctx.registry, "queuepilot_stall_deactivations_total", {"cluster_queue": "cq-a", "mode": "live"}) == 0
+    await rec.reconcile(world.snapshot(restart + DELAY), restart + DELAY)
+    assert [o.result for _, o in rec.outcomes] == ["written"]
+    assert world.get("Workload", "job-train")["spec"]["active"] is False
+    await rec.reconcile(world.snapshot(restart + DELAY + 30), restart + DELAY + 30)
+    assert len(workload_patches(fake_api)) == 1  # once per stall
+    await rec.writer.events.drain()
+    assert len([e for e in events(fake_api) if e[2] == R.STALLED_WORKLOAD]) == 2  # each stall reported
+    (done,) = [e for e in events(fake_api) if e[2] == R.STALLED_WORKLOAD_DEACTIVATED]
+    assert done[1] == "Warning" and "every GPU idle for 2h" in done[3] and "deactivating it" in done[3]
+    assert fake_api.observed_calls() <= CONTROLLER_API_CALLS | {DEACTIVATE_CALL}
     await rec.close()

@@ -19,7 +19,12 @@ Event); a stall ends when any of its GPUs goes over the threshold, its utilizati
 the GPU signal goes stale, or the workload is admitted again (the timer starts over, and a later
 stall is reported again).  In ClusterQueues listed in ``deactivate_cluster_queues`` or namespaces in
 ``deactivate_namespaces`` (both empty by default) a stalled workload is also to be deactivated
-(``spec.active: false``: Kueue then evicts it and releases its quota), once per stall.
+(``spec.active: false``: Kueue then evicts it and releases its quota), once per stall -- but only once
+the stall has lasted ``config.deactivate_after_seconds`` (default 2 h, at least the window): report
+early, act late.  Deactivating kills the job's pods, which cannot be undone, and real jobs have long
+idle stretches inside their run (evaluation, checkpointing, input stalls); a stall that ends before
+the delay is never deactivated.  Until then the result names when the deactivation is due
+(``StalledWorkload.deactivate_at``).
 """
 
 from __future__ import annotations
@@ -49,6 +54,17 @@ RAY_ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
 RAY_ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
 MAX_LISTED = 1000  # entries in a deactivate_* list
 MIN_WINDOW_SECONDS = 60.0  # a shorter stall window would call a data-loading pause a stall
+MAX_SECONDS = 30 * 86400.0  # the longest window / deactivation delay
+DEFAULT_DEACTIVATE_AFTER_SECONDS = 7200.0
+
+
+def format_duration(seconds: float) -> str:
+    """``7200`` -> ``2h``, ``5400`` -> ``1h30m``, ``1800`` -> ``30m``, ``90`` -> ``1m30s`` (whole seconds)."""
+    total = max(0, round(seconds))
+    h, rest = divmod(total, 3600)
+    m, s = divmod(rest, 60)
+    text = (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{s}s" if s else "")
+    return text or "0s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +73,9 @@ class StallConfig:
 
     enabled: bool = True
     gpu_utilization: float = 0.05  # a GPU under this is idle
-    window_seconds: float = 1800.0  # every GPU of the workload idle this long: stalled
+    window_seconds: float = 1800.0  # every GPU of the workload idle this long: stalled (reported)
+    # opted in: deactivated once every GPU stayed idle this long (>= window_seconds)
+    deactivate_after_seconds: float = DEFAULT_DEACTIVATE_AFTER_SECONDS
     deactivate_cluster_queues: tuple[str, ...] = ()  # opt-in: deactivate stalled workloads of these
     deactivate_namespaces: tuple[str, ...] = ()  # opt-in: and of these namespaces
 
@@ -68,8 +86,14 @@ class StallConfig:
         if isinstance(u, bool) or not isinstance(u, int | float) or not 0 < u <= 1:
             raise ValueError(f"stall.gpu_utilization must be in (0, 1], got {brief_repr(u)}")
         w = self.window_seconds
-        if isinstance(w, bool) or not isinstance(w, int | float) or not MIN_WINDOW_SECONDS <= w <= 30 * 86400:
+        if isinstance(w, bool) or not isinstance(w, int | float) or not MIN_WINDOW_SECONDS <= w <= MAX_SECONDS:
             raise ValueError(f"stall.window must be a duration in [{MIN_WINDOW_SECONDS:g}s, 30 days], got {brief_repr(w)}")
+        d = self.deactivate_after_seconds
+        if isinstance(d, bool) or not isinstance(d, int | float) or not d <= MAX_SECONDS:  # not: NaN too
+            raise ValueError(f"stall.deactivate_after must be a duration in [stall.window, 30 days], got {brief_repr(d)}")
+        if d < w:
+            raise ValueError(f"stall.deactivate_after ({format_duration(d)}) must be at least stall.window "
+                             f"({format_duration(w)}): a workload is reported stalled before it is deactivated")
         for name in ("deactivate_cluster_queues", "deactivate_namespaces"):
             items = getattr(self, name)
             if not isinstance(items, tuple) or len(items) > MAX_LISTED or not all(
@@ -104,6 +128,7 @@ def stall_config(settings: Mapping[str, object] | None) -> StallConfig:
     if not isinstance(section, Mapping):
         raise ValueError("config section 'stall' must be a mapping")
     names = {f.name for f in fields(StallConfig)}
+    known = sorted(names - {"window_seconds", "deactivate_after_seconds"} | {"window", "deactivate_after"})
     changes: dict[str, Any] = {}
     for key, raw in section.items():
         k = str(key).replace("-", "_")
@@ -114,12 +139,17 @@ def stall_config(settings: Mapping[str, object] | None) -> StallConfig:
                 changes[k] = parse_ratio(raw)
             elif k in ("window", "window_seconds"):
                 changes["window_seconds"] = parse_duration(raw)
+            elif k in ("deactivate_after", "deactivate_after_seconds"):
+                changes["deactivate_after_seconds"] = parse_duration(raw)
             elif k in ("deactivate_cluster_queues", "deactivate_namespaces"):
                 changes[k] = _names(raw, k)
             else:
-                raise ValueError(f"unknown key {brief_repr(key)} (known: {sorted(names - {'window_seconds'} | {'window'})})")
+                raise ValueError(f"unknown key {brief_repr(key)} (known: {known})")
         except (ValueError, TypeError, ArithmeticError) as e:
             raise ValueError(f"config stall.{str(key)[:64]}: {e}") from None
+    if "deactivate_after_seconds" not in changes and changes.get("window_seconds", 0) > DEFAULT_DEACTIVATE_AFTER_SECONDS:
+        # a window set longer than the default delay (valid before the delay existed): deactivate at the window
+        changes["deactivate_after_seconds"] = changes["window_seconds"]
     try:
         return replace(StallConfig(), **changes)
     except (ValueError, TypeError) as e:
@@ -152,11 +182,18 @@ class StalledWorkload:
     owner_kind: str
     owner_name: str
     gpus: int  # GPUs attributed to it
-    stalled_for: float  # seconds
+    stalled_for: float  # seconds every GPU has been idle
     new: bool  # first pass of this stall past the window: report it
-    deactivate: bool  # opted in and not yet deactivated in this stall: deactivate it now
+    deactivate: bool  # opted in, idle for deactivate_after, not yet deactivated in this stall: deactivate it now
     reason: str
-    message: str
+    message: str  # the report (and, when ``deactivate``, the deactivation): how long idle, what happens next
+    # opted in: when the deactivation is (was) due, epoch seconds (the stall's start + deactivate_after);
+    # None: not opted in, reported only
+    deactivate_at: float | None = None
+
+    def deactivate_in(self, now: float) -> float | None:
+        """Seconds until the deactivation is due (0 when due or past), None when not opted in."""
+        return None if self.deactivate_at is None else max(0.0, self.deactivate_at - now)
 
     @property
     def key(self) -> str:
@@ -219,6 +256,10 @@ def _candidate(wl: WorkloadState) -> bool:
     return wl.admitted and wl.active and not wl.finished and not wl.evicted and wl.gpu_demand > 0
 
 
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
 def _sources(gpus: Sequence[GpuState]) -> str:
     return "/".join(sorted({g.utilization_source for g in gpus if g.utilization_source}))
 
@@ -247,23 +288,33 @@ def decide_stalls(
             tracks[wl.key] = track
             continue
         new = not track.reported
-        deactivate = config.deactivates(wl) and not track.deactivated
+        opted_in = config.deactivates(wl)
+        deactivate_at = track.since + config.deactivate_after_seconds if opted_in else None
+        # report at the window, act at the delay: a stall that ends before it is never deactivated
+        deactivate = opted_in and not track.deactivated and stalled_for >= config.deactivate_after_seconds
         track = replace(track, reported=True, deactivated=track.deactivated or deactivate)
         tracks[wl.key] = track
         source = _sources(gpus)
         use = f"GPU {source}" if source else "GPU utilization"
         top = max(g.utilization or 0.0 for g in gpus)
         owner = f" ({wl.owner_kind} {wl.owner_name})" if wl.owner_kind and wl.owner_name else ""
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(track.since))
         msg = (f"workload {wl.key}{owner} in ClusterQueue {wl.cluster_queue or '?'}: all {len(gpus)} GPU(s) under "
-               f"{config.gpu_utilization:.0%} {use} (highest {top:.0%}) for {stalled_for / 60:.0f}m, since {since} "
-               f"(stall window {config.window_seconds / 60:g}m)")
-        if config.deactivates(wl):
-            msg += ("; deactivating it (spec.active: false) so that Kueue releases its quota; set spec.active: true "
-                    "to queue it again" if deactivate else "; deactivation already requested")
+               f"{config.gpu_utilization:.0%} {use} (highest {top:.0%}) for {format_duration(stalled_for)}, "
+               f"since {_utc(track.since)} (stall window {format_duration(config.window_seconds)})")
+        if deactivate:
+            msg += (f"; every GPU idle for {format_duration(stalled_for)} (stall.deactivate_after "
+                    f"{format_duration(config.deactivate_after_seconds)}): deactivating it (spec.active: false) so "
+                    "that Kueue releases its quota; set spec.active: true to queue it again")
+        elif opted_in and track.deactivated:
+            msg += "; deactivation already requested"
+        elif deactivate_at is not None:
+            msg += (f"; will be deactivated (spec.active: false) at {format_duration(config.deactivate_after_seconds)} "
+                    f"idle, at {_utc(deactivate_at)} (in {format_duration(deactivate_at - now)}), unless a GPU "
+                    "gets busy")
         stalled.append(StalledWorkload(
             namespace=wl.namespace, name=wl.name, uid=wl.uid, resource_version=wl.resource_version,
             cluster_queue=wl.cluster_queue or "", owner_kind=wl.owner_kind, owner_name=wl.owner_name,
             gpus=len(gpus), stalled_for=stalled_for, new=new, deactivate=deactivate,
-            reason=R.STALLED_WORKLOAD_DEACTIVATED if deactivate else R.STALLED_WORKLOAD, message=msg[:1024]))
+            reason=R.STALLED_WORKLOAD_DEACTIVATED if deactivate else R.STALLED_WORKLOAD, message=msg[:1024],
+            deactivate_at=deactivate_at))
     return StallResult(tuple(stalled), frozen_map(tracks))
