@@ -43,15 +43,22 @@ def test_rendered_config_parses_with_the_policy_parsers() -> None:
     assert sc == ScalingDefaults()
     st = stall_config(settings)
     assert st == StallConfig() and st.enabled and st.window_seconds == 1800 and st.gpu_utilization == 0.05
+    assert st.deactivate_after_seconds == 7200  # report at 30m, deactivate (opted in) at 2h
     assert st.deactivate_cluster_queues == () and st.deactivate_namespaces == ()  # deactivation is opt-in
     assert dict(wh.namespace_queues) == {"team-a": "team-a-queue", "team-b": "team-b-lq"}
     # a value set through the chart reaches the policy
     settings = _config(render("helm3", ("config.admission.stale_signal_mode=hold", "config.scaling.idle_window=30m")))
     assert admission_config(settings).stale_signal_mode == "hold"
     assert scaling_defaults(settings).idle_window_seconds == 1800
-    settings = _config(render("helm3", ("config.stall.deactivate_cluster_queues={cq-a,cq-b}", "config.stall.window=1h")))
+    settings = _config(render("helm3", ("config.stall.deactivate_cluster_queues={cq-a,cq-b}", "config.stall.window=1h",
+                                        "config.stall.deactivate_after=4h")))
     st = stall_config(settings)
     assert st.deactivate_cluster_queues == ("cq-a", "cq-b") and st.window_seconds == 3600
+    assert st.deactivate_after_seconds == 4 * 3600
+    # a delay under the window passes the schema (it cannot compare durations) but not the controller
+    settings = _config(render("helm3", ("config.stall.window=3h",)))
+    with pytest.raises(ValueError, match=r"stall\.deactivate_after \(2h\) must be at least stall\.window \(3h\)"):
+        stall_config(settings)
 
 
 @pytest.mark.parametrize(("section", "cls"), [("admission", AdmissionConfig), ("scaling", ScalingDefaults),
@@ -72,7 +79,9 @@ def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> No
                           "reclaim_idle_actors": True, "reclaim_budget_per_hour": 4, "keep_spare_for_target": True,
                           # at most the idle window (90 s by default)
                           "pressured_idle_window": "30s", "pressured_idle_window_seconds": 30},
-              "stall": {"enabled": False, "deactivate_cluster_queues": ["x"], "deactivate_namespaces": ["x"]}}[section]
+              "stall": {"enabled": False, "deactivate_cluster_queues": ["x"], "deactivate_namespaces": ["x"],
+                        # at least the window (30 min by default)
+                        "deactivate_after": "3h", "deactivate_after_seconds": 10800}}[section]
     parse = {"admission": admission_config, "scaling": scaling_defaults, "stall": stall_config}[section]
     for k in sorted(keys):
         if k in values:

@@ -315,6 +315,7 @@ def test_notes(helm: str) -> None:
         (("config.stall.gpu_utilization=2",), "gpu_utilization"),
         (("config.stall.deactivate_cluster_queues=cq-a",), "deactivate_cluster_queues"),  # a list, not a name
         (("config.stall.deactivate=true",), "deactivate"),
+        (("config.stall.deactivate_after=soon",), "deactivate_after"),
         (("exporter.typo=1",), "typo"),
         (("monitoring.kind=Probe",), "monitoring.kind"),
         (("networkPolicy.enabled=true",), "metricsFrom"),  # no peers would mean no scraping at all
