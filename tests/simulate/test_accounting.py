@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from autoscaler.core.policy.stall import StallConfig
 from simulator.cli import main
 from simulator.engine import Engine, SimConfig
 from simulator.kueue import INACTIVE, RUNNING
@@ -100,8 +101,11 @@ def test_a_stalled_rayjob_is_deactivated_with_no_work_lost_and_its_quota_release
     assert e.kueue.cqs["cq-team-a"].usage.get("a100", 0.0) == 0.0  # quota released
     assert e.cluster.allocated_gpus() == 0
     stalled_from = START_S + 2000.0
-    # deactivated one stall window (1800 s) after the first pass that saw it stalled, not at its end
-    assert 8 * 1800.0 <= m.idle_class_gpu_s["stalled"] <= 8 * (1800.0 + 2 * 30.0)
+    # deactivated stall.deactivate_after (the controller's default, 7200 s: later than the 1800-s report)
+    # after the first pass that saw it stalled, not at its end
+    delay = StallConfig().deactivate_after_seconds
+    assert delay < 10_000.0 - 2000.0  # the stall outlasts the delay
+    assert 8 * delay <= m.idle_class_gpu_s["stalled"] <= 8 * (delay + 2 * 30.0)
     assert e.writer.event_counts[("Workload", "Warning", "StalledWorkloadDeactivated")] == 1
     # without the opt-in the same job holds its 8 GPUs stalled until its end
     plain = _stalling_rayjob(False).run()
