@@ -39,6 +39,11 @@ class SimWorker:
         """Ray's view: a task or actor holds the worker's resources (includes the idle tail)."""
         return self.task is not None
 
+    def running_tasks(self, now: float) -> int:
+        """Ray's view of what executes on the worker: 1 while its task runs (idle stretches inside the
+        task included), 0 in the idle tail (only the actor holds it) and when nothing is on it."""
+        return 1 if self.busy(now) else 0
+
     def util(self, now: float) -> float:
         if self.task is not None and now < self.busy_until:
             return self.task.util_at(now - (self.busy_until - self.task.duration))  # started at busy_until - duration

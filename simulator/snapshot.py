@@ -207,6 +207,7 @@ class SnapshotBuilder:
         state = RayWorker(
             pod=w.name, node=self.cluster.node_of(f"{rc.namespace}/{w.name}"), phase="Running", ready=key[1],
             created_at=w.created, gpus=1, gpu_utilization=u, cpu_utilization=0.05 + 0.5 * u, ray_busy=w.ray_busy(),
+            ray_running_tasks=w.running_tasks(now),
         )
         self._workers[w.name] = (key, state)
         return state

@@ -136,6 +136,7 @@ def _ray_cluster(
                     cpu_utilization=getattr(info, "cpu_utilization", None),
                     memory_utilization=getattr(info, "memory_utilization", None),
                     ray_busy=getattr(info, "busy", None),
+                    ray_running_tasks=getattr(info, "running_tasks", None),
                 )
             )
         groups.append(dataclasses.replace(g, workers=tuple(workers)) if workers else g)

@@ -285,6 +285,9 @@ class RayWorker:
     cpu_utilization: float | None = None  # 0-1, Ray node metrics
     memory_utilization: float | None = None  # 0-1, Ray node metrics
     ray_busy: bool | None = None  # Ray reports tasks/actors using resources on it; None when unknown
+    # tasks and actor methods Ray reports executing on it now (the raylet's core workers); 0 with
+    # ``ray_busy`` True: only idle actors hold it; None when unknown
+    ray_running_tasks: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

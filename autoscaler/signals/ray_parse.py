@@ -129,6 +129,7 @@ class NodeSummary:
     idle_seconds: float | None
     cpu_utilization: float | None
     memory_utilization: float | None
+    running_tasks: int | None = None  # numRunningTasks over its non-driver core workers; None: not reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,9 @@ class RayNodeInfo:
     memory_utilization: float | None  # 0-1
     group: str | None = None  # worker group (ray.io/node-group label or nodeTypeName)
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # tasks and actor methods executing on the node now (``/nodes?view=summary`` core workers):
+    # 0 while ``busy`` means only idle actors hold its resources; None when not reported
+    running_tasks: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -713,6 +717,7 @@ def parse_nodes_summary(doc: Any, names: ResourceNames | None = None) -> dict[st
         if isinstance(mem, list) and len(mem) >= 3:
             mem_util = _num(mem[2], f"summary[{i}].mem[2]") / 100.0
         alive = raylet.get("state")
+        running = _running_tasks(raylet.get("coreWorkersStats"), f"summary[{i}].coreWorkersStats")
         out[node_id] = NodeSummary(
             node_id=node_id,
             node_ip=str(raylet.get("nodeManagerAddress") or s.get("ip") or ""),
@@ -727,8 +732,25 @@ def parse_nodes_summary(doc: Any, names: ResourceNames | None = None) -> dict[st
             idle_seconds=None if idle_ms is None else idle_ms / 1000.0,
             cpu_utilization=None if cpu is None else cpu / 100.0,
             memory_utilization=mem_util,
+            running_tasks=running,
         )
     return out
+
+
+def _running_tasks(value: Any, what: str) -> int | None:
+    """Tasks and actor methods executing on a node: ``numRunningTasks`` summed over its core workers
+    that are not drivers (a driver "runs" nothing that holds the node's resources).  An idle actor's
+    worker reports 0; a worker running a task or an actor method reports 1 or more.  None when the
+    raylet gave no core-worker list (then nobody can tell an idle actor from a busy one)."""
+    if value is None:
+        return None
+    total = 0
+    for j, row in enumerate(_list(value, what)):
+        cw = _dict(row, f"{what}[{j}]")
+        if cw.get("workerType") == "DRIVER":
+            continue
+        total += _count(cw.get("numRunningTasks", 0), f"{what}[{j}].numRunningTasks")
+    return total
 
 
 # ------------------------------------------------------------------------------ putting together
@@ -784,6 +806,7 @@ def merge_nodes(
                 memory_utilization=sm.memory_utilization if sm is not None else None,
                 group=group or None,
                 labels=frozen_map(labels),
+                running_tasks=sm.running_tasks if sm is not None else None,
             )
         )
     return tuple(out)

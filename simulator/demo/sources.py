@@ -154,6 +154,7 @@ class SimRayClient:
                 available=MappingProxyType({"GPU": 1.0 - used, "CPU": WORKER_CPU * (1.0 - used)}),
                 busy=w.ray_busy(), idle_seconds=None if w.ray_busy() else max(0.0, t - w.idle_since),
                 cpu_utilization=0.05 + 0.5 * u, memory_utilization=None, group=rc.group,
+                running_tasks=w.running_tasks(t),
             ))
         return RayStatus(demand=demand, nodes=tuple(nodes), source="state_api", autoscaler_version="v2",
                          observed_at=now)

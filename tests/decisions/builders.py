@@ -78,9 +78,11 @@ def snapshot(nodes: Iterable[NodeState] = (), workloads: Iterable[WorkloadState]
 
 # ------------------------------------------------------------------------------------------- Ray
 def worker(pod: str, util: float | None = 0.9, busy: bool | None = True, gpus: int = 1, phase: str = "Running",
-           ready: bool = True, cpu: float | None = None, mem: float | None = None) -> RayWorker:
+           ready: bool = True, cpu: float | None = None, mem: float | None = None,
+           running: int | None = None) -> RayWorker:
+    """``running``: tasks/actor methods Ray reports executing on it (0 with ``busy``: idle actors only)."""
     return RayWorker(pod=pod, node="n", phase=phase, ready=ready, gpus=gpus, gpu_utilization=util,
-                     cpu_utilization=cpu, memory_utilization=mem, ray_busy=busy)
+                     cpu_utilization=cpu, memory_utilization=mem, ray_busy=busy, ray_running_tasks=running)
 
 
 def group(name: str = "gpu", workers: Iterable[RayWorker] = (), replicas: int | None = None, lo: int = 0, hi: int = 10,

@@ -140,6 +140,9 @@ class World:
         self.unhealthy: set[tuple[str, int]] = set()  # (node, gpu index) with a fatal XID
         self.gpu_util: dict[tuple[str, str], float] = {}  # (ns, pod) -> 0-1
         self.ray_busy: dict[str, bool] = {}  # pod -> Ray reports work on it
+        # pod -> tasks/actor methods Ray reports running on it; by default 1 on a pod whose GPU is in
+        # use and 0 on one at 0 % (idle actors hold it)
+        self.ray_running: dict[str, int | None] = {}
         self.ray_demand: dict[str, tuple[RayDemand, ...]] = {}  # "ns/name" -> demand
 
     def add(self, *objs: dict[str, Any]) -> None:
@@ -176,7 +179,9 @@ class World:
             nodes = tuple(
                 RayNodeInfo(node_id=p.name, node_ip="", pod_name=p.name, is_head=False, alive=True,
                             total=frozen_map({"GPU": 1.0}), available=frozen_map({}), busy=self.ray_busy.get(p.name, True),
-                            idle_seconds=None, cpu_utilization=None, memory_utilization=None)
+                            idle_seconds=None, cpu_utilization=None, memory_utilization=None,
+                            running_tasks=self.ray_running.get(
+                                p.name, 1 if self.gpu_util.get((p.namespace, p.name), 0.0) >= 0.05 else 0))
                 for p in objects.pods.values() if p.ray_cluster == rc.state.name and p.namespace == rc.state.namespace)
             status = RayStatus(demand=self.ray_demand.get(key, ()), nodes=nodes, source="state_api",
                                autoscaler_version=None, observed_at=now)

@@ -117,7 +117,7 @@ def _queued(workers, annotations=ON, hi=2, **kw):
 def test_at_max_replicas_an_idle_actor_worker_is_replaced_for_the_queue():
     """The team's tasks queue at maxReplicas while an actor holds a GPU at 0 %: the worker is deleted
     by name, replicas stay at max, so KubeRay launches a fresh worker that takes the queued task."""
-    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
     r = decide(_queued(ws), idle("actor"))
     d = one(r)
     assert (d.reason, d.current, d.desired, d.write) == (R.IDLE_WORKERS_REPLACED, 2, 2, "replicas")
@@ -135,31 +135,34 @@ def test_below_max_the_replacement_comes_with_the_scale_up():
 
 
 def test_replacement_needs_the_reclaim_window_and_the_grace_period():
-    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
     d = one(decide(_queued(ws), idle("actor", since=NOW - D.reclaim_window_seconds + 1)))
     assert d.workers_to_delete == ()
-    young = [worker("busy", util=0.8), replace(worker("actor", util=0.0, busy=True), created_at=NOW - 300)]
+    young = [worker("busy", util=0.8), replace(worker("actor", util=0.0, busy=True, running=0), created_at=NOW - 300)]
     d = one(decide(_queued(young), idle("actor")))
     assert d.workers_to_delete == ()  # 300 s old: inside the 600 s grace period (start-up)
-    old = [worker("busy", util=0.8), replace(worker("actor", util=0.0, busy=True), created_at=NOW - 601)]
+    old = [worker("busy", util=0.8), replace(worker("actor", util=0.0, busy=True, running=0), created_at=NOW - 601)]
     assert one(decide(_queued(old), idle("actor"))).workers_to_delete == ("actor",)
 
 
-@pytest.mark.parametrize("w", [worker("x", util=0.06, busy=True), worker("x", util=None, busy=True),
-                               worker("x", util=0.0, busy=None), worker("x", util=0.0, busy=True, ready=False)])
+@pytest.mark.parametrize("w", [worker("x", util=0.06, busy=True, running=0), worker("x", util=None, busy=True, running=0),
+                               worker("x", util=0.0, busy=None, running=0),
+                               worker("x", util=0.0, busy=True, ready=False, running=0),
+                               worker("x", util=0.0, busy=True, running=1),  # a task in an idle stretch
+                               worker("x", util=0.0, busy=True)])  # Ray did not say what runs
 def test_replacement_needs_proof_of_an_idle_gpu(w):
     d = one(decide(_queued([worker("busy", util=0.8), w]), idle("x")))
     assert d.workers_to_delete == ()
 
 
 def test_replacement_waits_for_the_down_after_up_hold():
-    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
     d = one(decide(_queued(ws), idle("actor", last_launch=NOW - 120)))
     assert d.workers_to_delete == () and "down-after-up" in d.message
 
 
 def test_the_budget_is_per_cluster_per_hour():
-    ws = [worker("busy", util=0.8)] + [worker(f"a{i}", util=0.0, busy=True) for i in range(3)]
+    ws = [worker("busy", util=0.8)] + [worker(f"a{i}", util=0.0, busy=True, running=0) for i in range(3)]
     rc = ray_cluster([group(workers=ws, hi=4)], annotations={**ON, "queuepilot.io/reclaim-budget": "2"},
                      demand=[gpu_demand(1)])
     r = decide(rc, idle("a0", "a1", "a2"))
@@ -173,8 +176,8 @@ def test_the_budget_is_per_cluster_per_hour():
 
 
 def test_the_budget_is_shared_by_the_groups_of_a_cluster():
-    a = group("a", workers=[worker("a-busy", util=0.8), worker("a-act", util=0.0, busy=True)], hi=2)
-    b = group("b", workers=[worker("b-busy", util=0.8), worker("b-act", util=0.0, busy=True)], hi=2)
+    a = group("a", workers=[worker("a-busy", util=0.8), worker("a-act", util=0.0, busy=True, running=0)], hi=2)
+    b = group("b", workers=[worker("b-busy", util=0.8), worker("b-act", util=0.0, busy=True, running=0)], hi=2)
     rc = ray_cluster([a, b], annotations={**ON, "queuepilot.io/reclaim-budget": "1"},
                      demand=[gpu_demand(1, group="a"), gpu_demand(1, group="b")])
     hist = {"a": GroupHistory(idle_since=frozen_map({"a-act": LONG_AGO})),
@@ -184,7 +187,7 @@ def test_the_budget_is_shared_by_the_groups_of_a_cluster():
 
 
 def test_without_demand_the_budget_limits_idle_actor_scale_downs_too():
-    ws = [worker("busy", util=0.5)] + [worker(f"a{i}", util=0.0, busy=True) for i in range(3)]
+    ws = [worker("busy", util=0.5)] + [worker(f"a{i}", util=0.0, busy=True, running=0) for i in range(3)]
     rc = ray_cluster([group(workers=ws)], annotations={**ON, "queuepilot.io/reclaim-budget": "1",
                                                        "queuepilot.io/target-gpu-utilization": "0.9"})
     d = one(decide(rc, idle("a0", "a1", "a2")))
@@ -192,7 +195,7 @@ def test_without_demand_the_budget_limits_idle_actor_scale_downs_too():
 
 
 def test_the_in_tree_autoscaler_and_multi_host_groups_are_never_replaced():
-    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
     d = one(decide(_queued(ws, in_tree=True), idle("actor")))
     assert d.workers_to_delete == () and d.reason != R.IDLE_WORKERS_REPLACED
     rc = ray_cluster([group(workers=ws, hi=2, hosts=2)], annotations=ON, demand=[gpu_demand(1)])
@@ -239,12 +242,12 @@ def test_config_keys_and_their_errors():
 def test_no_replacement_while_replicas_asked_for_have_no_pod():
     """KubeRay could not make the pods already asked for (quota, no free GPU): deleting a worker now
     might leave the group with one worker fewer, so nothing is replaced."""
-    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
     rc = ray_cluster([group(workers=ws, hi=3, replicas=3)], annotations=ON, demand=[gpu_demand(1)])
     d = one(decide(rc, idle("actor")))
     assert d.workers_to_delete == () and d.reason != R.IDLE_WORKERS_REPLACED
 
 
 def test_idle_gpus_count_the_workers_being_replaced():
-    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
     assert one(decide(_queued(ws), idle("actor"))).idle_gpus == 1

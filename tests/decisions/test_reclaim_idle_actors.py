@@ -33,7 +33,7 @@ def decide(rc, history, defaults=D, others=()):
 
 def _cluster(annotations=ON, workers=None, **kw):
     # (busy at 50 %: the utilization floor ceil(2 x 0.25 / 0.7) = 1 lets one of the two go)
-    ws = workers or [worker("busy", util=0.5, busy=True), worker("actor", util=0.0, busy=True)]
+    ws = workers or [worker("busy", util=0.5, busy=True), worker("actor", util=0.0, busy=True, running=0)]
     return ray_cluster([group(workers=ws)], annotations=annotations, **kw)
 
 
@@ -82,7 +82,7 @@ def test_queue_pressure_does_not_shorten_the_actor_window():
     """Under pressure a worker without Ray work goes after the pressured window; one held by an idle
     actor still needs the full idle window."""
     others = [replace(workload("q", ns="team-b", cq="cq-b", quota_reserved=False), created_at=NOW - 3600)]
-    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True), worker("free", util=0.0, busy=False)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0), worker("free", util=0.0, busy=False)]
     since = NOW - D.pressured_idle_window_seconds - 10
     d = decide(_cluster(workers=ws), hist({"actor": since, "free": since}), others=others)
     assert (d.reason, d.workers_to_delete) == (R.IDLE_WORKERS_QUEUE_PRESSURE, ("free",))
@@ -93,7 +93,7 @@ def test_queue_pressure_does_not_shorten_the_actor_window():
 def test_while_pending_demand_could_use_the_worker_it_is_replaced():
     # one pending 1-GPU task, absorbed by a starting worker: no scale-up; the actor-held worker is
     # deleted by name with replicas kept, so a fresh worker takes its place; the starting one stays
-    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True), worker("new", phase="Pending", ready=False)]
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0), worker("new", phase="Pending", ready=False)]
     d = decide(_cluster(workers=ws, demand=[gpu_demand(1)]), hist({"actor": LONG_AGO}))
     assert (d.reason, d.desired, d.current, d.write) == (R.IDLE_WORKERS_REPLACED, 3, 3, "replicas")
     assert d.workers_to_delete == ("actor",) and d.reclaimed == ("actor",)
@@ -110,10 +110,12 @@ def test_demand_no_worker_of_the_group_can_hold_does_not_block_it():
 
 
 @pytest.mark.parametrize(("w", "why"), [
-    (worker("actor", util=0.2, busy=True), "GPU in use"),
-    (worker("actor", util=None, busy=True), "utilization unknown"),
-    (worker("actor", util=0.0, busy=None), "Ray's view unknown"),
-    (worker("actor", util=0.0, busy=True, ready=False), "not ready"),
+    (worker("actor", util=0.2, busy=True, running=0), "GPU in use"),
+    (worker("actor", util=None, busy=True, running=0), "utilization unknown"),
+    (worker("actor", util=0.0, busy=None, running=0), "Ray's view unknown"),
+    (worker("actor", util=0.0, busy=True, ready=False, running=0), "not ready"),
+    (worker("actor", util=0.0, busy=True, running=1), "a task runs on it (an idle stretch inside the task)"),
+    (worker("actor", util=0.0, busy=True, running=None), "Ray did not say what runs on it"),
 ])
 def test_never_without_proof_of_idleness(w, why):
     d = decide(_cluster(workers=[worker("busy", util=0.8), w]), hist({"actor": LONG_AGO}))
@@ -136,7 +138,8 @@ def test_not_for_cpu_only_groups():
 @st.composite
 def _case(draw):
     ws = [worker(f"w{i}", util=draw(st.none() | st.sampled_from([0.0, 0.01, 0.04, 0.05, 0.5])),
-                 busy=draw(st.none() | st.booleans()), ready=draw(st.booleans() | st.just(True)))
+                 busy=draw(st.none() | st.booleans()), ready=draw(st.booleans() | st.just(True)),
+                 running=draw(st.none() | st.sampled_from([0, 1, 2])))
           for i in range(draw(st.integers(1, 6)))]
     demand = [gpu_demand(draw(st.sampled_from([1, 2])), infeasible=draw(st.booleans()))
               for _ in range(draw(st.integers(0, 2)))]
@@ -163,6 +166,7 @@ def test_reclaim_properties(case):
         assert w.ready and w.phase == "Running" and w.ray_busy is not None
         if w.ray_busy:  # ... and with Ray work only when reclaim is on, allowed, and after the full window
             assert on and not rc.in_tree_autoscaler
+            assert w.ray_running_tasks == 0  # only idle actors on it: never a running task
             assert NOW - since[pod] >= D.reclaim_window_seconds
             assert d.reason in (R.IDLE_ACTORS_RECLAIMED, R.IDLE_WORKERS_REPLACED)
             assert pod in d.reclaimed

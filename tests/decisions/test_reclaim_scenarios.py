@@ -134,3 +134,22 @@ async def test_a_malformed_budget_is_a_warning_and_the_default_holds(fake_api, w
     assert len(warned) == 2 and all(e[1] == "Warning" for e in warned)
     assert any("reclaim-budget" in e[3] and "lots" in e[3] for e in warned)
     await rec.close()
+
+
+async def test_a_task_in_an_idle_stretch_is_never_replaced(fake_api, world, make_ctx):
+    """A worker whose GPU sits at 0 % while Ray says a task runs on it (an evaluation, a checkpoint,
+    an input stall inside the task) is not an idle actor: however long, it is neither deleted nor
+    named, while the same worker turns reclaimable the pass Ray reports only its idle actor left."""
+    setup(world, {})
+    world.ray_running["rc-gpu-1"] = 1  # the task still runs, its GPU at 0 %
+    ctx = make_ctx()
+    rec = ScalingReconciler(ctx)
+    for t in (T0, T0 + 310, T0 + 1800, T0 + 7200):
+        await rec.reconcile(world.snapshot(t), t)
+    assert not rc_patches(fake_api) and pods(fake_api) == ["rc-gpu-0", "rc-gpu-1"]
+    world.ray_running["rc-gpu-1"] = 0  # the task ended; its actor holds the GPU
+    await rec.reconcile(world.snapshot(T0 + 7210), T0 + 7210)  # the idle timer starts now
+    assert not rc_patches(fake_api)
+    await rec.reconcile(world.snapshot(T0 + 7520), T0 + 7520)
+    assert group_spec(world)["scaleStrategy"]["workersToDelete"] == ["rc-gpu-1"]
+    await rec.close()

@@ -205,6 +205,25 @@ def test_nodes_summary(load):
     assert s.used["fakegpu"] == 2.0 and s.used["memory"] == 0.0
     (info,) = rp.merge_nodes(None, summary)
     assert info.busy is True and info.available["fakegpu"] == 0.0 and info.available["CPU"] == 0.0
+    # coreWorkersStats: 2 drivers (0 running), 2 workers each running gpu_task (1 each), and the job's
+    # supervisor actor running its entrypoint method (1): what executes on the node, drivers left out
+    assert s.running_tasks == 3 and info.running_tasks == 3
+
+
+def test_nodes_summary_running_tasks_tell_an_idle_actor_from_a_running_task(load):
+    doc = load("nodes_view_summary.json")
+    raylet = doc["data"]["summary"][0]["raylet"]
+    workers = [cw for cw in raylet["coreWorkersStats"] if cw["workerType"] != "DRIVER"]
+    for cw in workers:
+        cw["numRunningTasks"] = "0"  # every actor/worker idle, resources still held
+    assert rp.parse_nodes_summary(doc)[V2_NODE].running_tasks == 0
+    workers[0]["numRunningTasks"] = 2
+    assert rp.parse_nodes_summary(doc)[V2_NODE].running_tasks == 2
+    del raylet["coreWorkersStats"]  # an older raylet, or none reported: unknown, never 0
+    assert rp.parse_nodes_summary(doc)[V2_NODE].running_tasks is None
+    raylet["coreWorkersStats"] = [{"workerType": "WORKER", "numRunningTasks": "-1"}]
+    with pytest.raises(rp.RayParseError, match="numRunningTasks"):
+        rp.parse_nodes_summary(doc)
 
 
 def test_nodes_summary_without_logical_text_restores_camel_names(load):

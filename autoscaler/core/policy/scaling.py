@@ -30,9 +30,12 @@ steps do; the reason of the last step that changed the value is the decision's r
      outside the tolerance) is a floor, so the remaining workers stay under the target
      (``KeptForUtilizationTarget``).  Multi-host groups
      (numOfHosts > 1) are not scaled down by idleness.
-   - *reclaim* (``reclaim_idle_actors``, opt-in; in-tree autoscaler off; GPU groups): a worker Ray
-     reports work on also counts once its GPU stayed under the threshold for the reclaim window
-     and it is older than the grace period -> ``IdleActorsReclaimed`` (its actors are killed).
+   - *reclaim* (``reclaim_idle_actors``, opt-in; in-tree autoscaler off; GPU groups): a worker
+     only idle actors hold (Ray reports resources in use but no task or actor method running on it,
+     ``ray_running_tasks == 0``) also counts once its GPU stayed under the threshold for the reclaim
+     window and it is older than the grace period -> ``IdleActorsReclaimed`` (its actors are
+     killed).  A worker running a task is never reclaimed, however idle its GPU; unknown counts as
+     running.
      While pending Ray demand of the cluster fits the group, such workers (idle actor or empty)
      are replaced instead: named in ``workersToDelete`` with replicas kept (plus what the queue
      needs), so KubeRay launches fresh ones -> ``IdleWorkersReplaced``.  At most
@@ -492,11 +495,13 @@ def _util(w: RayWorker, gpu_group: bool) -> float | None:
 
 
 def _idle_now(w: RayWorker, gpu_group: bool, policy: ScalingDefaults, reclaim: bool = False) -> bool:
-    """Under the idle threshold and no Ray work on it; with ``reclaim`` (GPU groups), Ray work that
-    leaves the GPU under the threshold does not count (``ray_busy`` True); unknown stays busy."""
+    """Under the idle threshold and no Ray work on it; with ``reclaim`` (GPU groups), idle actors
+    that leave the GPU under the threshold do not count either (``ray_busy`` True with no task or
+    actor method running: ``ray_running_tasks == 0``).  A running task never counts, whatever its GPU
+    does (an evaluation, a checkpoint, an input stall inside the task); unknown stays busy."""
     if w.deleting or not w.ready or w.phase != "Running":
         return False
-    if w.ray_busy is not False and not (reclaim and gpu_group and w.ray_busy is True):
+    if w.ray_busy is not False and not (reclaim and gpu_group and w.ray_busy is True and w.ray_running_tasks == 0):
         return False
     u = _util(w, gpu_group)
     threshold = policy.idle_gpu_utilization if gpu_group else policy.idle_cpu_utilization
