@@ -519,9 +519,11 @@ class Engine:
 
     # ------------------------------------------------------------------------ KubeRay operator
     def _reconcile_workers(self, rc: SimRayCluster) -> None:
-        """KubeRay: delete workersToDelete, then arbitrary pods down to replicas; create up to replicas."""
+        """KubeRay (``reconcilePods``): delete every pod named in workersToDelete, whatever replicas
+        says (a name with no pod is ignored; the list stays for its writer to clear), then arbitrary
+        pods down to replicas (autoscaling off); create up to replicas."""
         for name in list(rc.workers_to_delete):
-            if name in rc.workers and len(rc.workers) > rc.replicas:
+            if name in rc.workers:
                 self._delete_worker(rc, name)
         rc.workers_to_delete = [n for n in rc.workers_to_delete if n in rc.workers]
         if len(rc.workers) > rc.replicas:
