@@ -125,9 +125,21 @@ def test_zero_baseline_ratio() -> None:
 
 
 def test_page_states_verdicts_and_why_from_numbers() -> None:
+    """The page states each target for the configuration with the most opt-ins that ran (here
+    queuepilot-reclaim, which misses one target); plain queuepilot, which meets it, follows."""
     qp = qp_meeting_all() | {"scale_downs_after_up_300s": 3}
-    rs = runs(qp) + runs(qp_meeting_all(), label="queuepilot+stall")
+    rs = runs(qp_meeting_all()) + runs(qp, label="queuepilot-reclaim")
     lines = "\n".join(policy.targets_section(rs, ["grounded"]))
-    assert "`grounded`: **NOT MET** by queuepilot (0/1 runs; worst 3" in lines
-    assert "`grounded`: **MET** by queuepilot (1/1 runs; worst 1.020x" in lines
-    assert "*scale_down_after_up*: queuepilot (1 of 1 runs over the limit): up to 3 scale-downs" in lines
+    assert "`grounded`: **NOT MET** by queuepilot-reclaim (0/1 runs; worst 3" in lines
+    assert "queuepilot: met (1/1 runs; worst 0" in lines
+    assert "`grounded`: **MET** by queuepilot-reclaim (1/1 runs; worst 1.020x" in lines
+    assert "*scale_down_after_up*: queuepilot-reclaim (1 of 1 runs over the limit): up to 3 scale-downs" in lines
+
+
+def test_the_stated_configuration_has_the_most_opt_ins() -> None:
+    rs = (runs(qp_meeting_all()) + runs(qp_meeting_all(), label="queuepilot+stall")
+          + runs(qp_meeting_all(), label="queuepilot-reclaim+stall"))
+    verdicts = policy.evaluate_targets(rs)
+    assert policy.primary(verdicts, "controllable_idle", "grounded").config == "queuepilot-reclaim+stall"
+    only = policy.evaluate_targets(runs(qp_meeting_all()) + runs(qp_meeting_all(), label="queuepilot+stall"))
+    assert policy.primary(only, "wait_tails", "grounded").config == "queuepilot+stall"
