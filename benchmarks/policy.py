@@ -220,10 +220,15 @@ def get(summary: Mapping[str, Any], key: str) -> float | None:
 
 
 def delivered_gpu_hours(s: Mapping[str, Any]) -> float | None:
-    """The GPU-hours the run delivered to jobs: ``delivered_gpu_hours`` when reported, else the
-    allocated GPU-hours."""
+    """The GPU-hours of work the run delivered to jobs: ``delivered_gpu_hours`` when reported, else
+    allocated less idle less killed (the simulator's definition) from a record that predates the key."""
     v = get(s, "delivered_gpu_hours")
-    return v if v is not None else get(s, "allocated_gpu_hours")
+    if v is not None:
+        return v
+    alloc, idle, killed = get(s, "allocated_gpu_hours"), get(s, "idle_gpu_hours"), get(s, "killed_gpu_hours")
+    if alloc is None or idle is None:
+        return None
+    return max(0.0, alloc - idle - (killed or 0.0))
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -727,9 +732,8 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
         "Definitions (docs/simulation.md): *controllable idle* = idle-but-allocated GPU-hours a scaler could have "
         "removed (empty, starting, idle-actor and stalled workers); *total idle* adds the idle segments inside "
         "running jobs; *killed work* = GPU-hours of work lost to a worker deleted mid-task (redone from scratch); "
-        "*delivered* = "
-        + ("`delivered_gpu_hours`" if any(get(r["summary"], "delivered_gpu_hours") is not None for r in runs)
-           else "allocated GPU-hours (the simulator reports no `delivered_gpu_hours`)")
+        "*delivered* = `delivered_gpu_hours`, the GPU-hours of work jobs kept (allocated less idle less "
+        "killed)"
         + "; *bound* = the lower bound of controllable idle GPU-hours on that run.",
         "",
         "## Summary: queuepilot against Ray's own autoscaler (ray-idle)",

@@ -132,6 +132,8 @@ class RunMetrics:
                 sum(self.idle_class_gpu_s[k] for k in CONTROLLABLE_CLASSES) / 3600, 1),
             "idle_gpu_hours_by_class": {k: round(self.idle_class_gpu_s[k] / 3600, 1) for k in IDLE_CLASSES},
             "killed_gpu_hours": round(self.killed_gpu_s / 3600, 1),
+            # GPU-hours of work the jobs kept: allocated, less idle, less the work killed
+            "delivered_gpu_hours": round(max(0.0, self.allocated_gpu_s - self.idle_gpu_s - self.killed_gpu_s) / 3600, 1),
             "lower_bound_idle_gpu_hours": round(self.lower_bound_idle_gpu_s / 3600, 1),
             "wait_p50_s_by_class": {k: pct(50, a) for k, a in by_class.items()},
             "wait_p95_s_by_class": {k: pct(95, a) for k, a in by_class.items()},

@@ -77,6 +77,9 @@ def test_a_removed_busy_worker_counts_its_elapsed_work_as_killed() -> None:
     asyncio.run(go())
     assert e.metrics.tasks_killed == 1
     assert e.metrics.killed_gpu_s == pytest.approx(250.0 - 90.0)
+    s = e.metrics.summary()  # the killed work is not delivered
+    assert s["delivered_gpu_hours"] == pytest.approx(
+        (e.metrics.allocated_gpu_s - e.metrics.idle_gpu_s - (250.0 - 90.0)) / 3600, abs=0.05)
     assert e.rays["team-a"].queue  # it goes back to the queue, to restart from scratch
 
 
@@ -201,6 +204,10 @@ def test_json_has_the_accounting_keys_with_sane_values(tmp_path) -> None:
         assert p["idle_gpu_hours_controllable"] <= p["idle_gpu_hours"]
         assert 0 <= p["lower_bound_idle_gpu_hours"]
         assert p["killed_gpu_hours"] >= 0
+        # delivered: the allocated GPU-hours less the idle ones and the work killed (each rounded to 0.1)
+        assert p["delivered_gpu_hours"] == pytest.approx(
+            p["allocated_gpu_hours"] - p["idle_gpu_hours"] - p["killed_gpu_hours"], abs=0.3)
+        assert 0 < p["delivered_gpu_hours"] < p["allocated_gpu_hours"]
         for key in ("wait_p95_s_by_class", "wait_p99_s_by_class"):
             assert set(p[key]) == {"ray_task", "workload"}
         for cls in ("ray_task", "workload"):

@@ -34,8 +34,8 @@ def qp_meeting_all() -> dict[str, Any]:
     return {
         "idle_gpu_hours_controllable": 300.0,  # 1.5x the bound (200) and 30 % of ray-idle's (<= 40 %)
         "idle_gpu_hours": 1400.0,  # 70 % of ray-idle's
-        "allocated_gpu_hours": 50000.0,
-        "killed_gpu_hours": 500.0,  # 1 % of delivered (no delivered_gpu_hours: allocated)
+        "allocated_gpu_hours": 51900.0,
+        "killed_gpu_hours": 500.0,  # 1 % of delivered (no delivered_gpu_hours: 51,900 - 1,400 - 500)
         "unplaceable_admissions": 0, "scale_downs_after_up_300s": 0, "lower_bound_idle_gpu_hours": 200.0,
         "idle_gpu_hours_by_class": {"empty": 100.0, "starting": 50.0, "idle_actor": 100.0, "stalled": 50.0,
                                     "in_job": 1100.0},
@@ -143,3 +143,10 @@ def test_the_stated_configuration_has_the_most_opt_ins() -> None:
     assert policy.primary(verdicts, "controllable_idle", "grounded").config == "queuepilot-reclaim+stall"
     only = policy.evaluate_targets(runs(qp_meeting_all()) + runs(qp_meeting_all(), label="queuepilot+stall"))
     assert policy.primary(only, "wait_tails", "grounded").config == "queuepilot+stall"
+
+
+def test_delivered_is_the_reported_key_else_allocated_less_idle_and_killed() -> None:
+    assert policy.delivered_gpu_hours({"delivered_gpu_hours": 7.0, "allocated_gpu_hours": 100.0}) == 7.0
+    old = {"allocated_gpu_hours": 100.0, "idle_gpu_hours": 30.0, "killed_gpu_hours": 5.0}
+    assert policy.delivered_gpu_hours(old) == 65.0
+    assert policy.delivered_gpu_hours({"allocated_gpu_hours": 100.0}) is None
