@@ -755,6 +755,8 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
     lines += ["## Per-team worker cap sweep", "", *cap_section(runs, ref), "",
               "## Queue dynamics vs Helios (shape check, reported not asserted)", "", *helios_section(runs, helios), "",
               "## Plots", "",
+              f"- `{prefix}_cap_sweep.png`: the worker-cap sweep above, controllable idle and Ray-task p95 wait "
+              "against the cap factor.",
               f"- `{prefix}_controllable_idle.png`: controllable idle GPU-hours per policy, one panel per model, "
               "a bar per failure rate = mean over seeds, error bars = min-max over seeds.",
               f"- `{prefix}_wait_cdf.png`, `{prefix}_idle_gpu_hours.png`, `{prefix}_timeline.png`: the `{ref[0]}` "
@@ -798,6 +800,40 @@ def plot_matrix(path: Path, runs: Sequence[Mapping[str, Any]], models: Sequence[
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_cap_sweep(path: Path, runs: Sequence[Mapping[str, Any]]) -> bool:
+    """Controllable idle GPU-hours and Ray-task p95 wait against the worker-cap factor, a line per swept
+    policy (the sweep's model, seed and failure rate).  False (nothing drawn) without a sweep."""
+    swept = {r["policy"] for r in runs if r["cap"] != DEFAULT_CAP}
+    if not swept:
+        return False
+    ref = next((r["model"], r["seed"], r["rate"]) for r in runs if r["cap"] != DEFAULT_CAP)
+    rows = [r for r in runs if (r["model"], r["seed"], r["rate"]) == ref and not r["stall_reclaim"]
+            and r["policy"] in swept]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for pol in sorted(swept):
+        pts = sorted((r["cap"], r["summary"]) for r in rows if r["policy"] == pol)
+        caps = [c for c, _ in pts]
+        a.plot(caps, [get(s, "idle_gpu_hours_controllable") for _, s in pts], marker="o", label=pol)
+        b.plot(caps, [(get(s, "wait_p95_s_by_class.ray_task") or 0.0) / 3600 for _, s in pts], marker="o", label=pol)
+    a.set_xlabel("worker cap factor (maxReplicas / nominal quota)", fontsize=8)
+    a.set_ylabel("controllable idle GPU-h", fontsize=8)
+    b.set_xlabel("worker cap factor (maxReplicas / nominal quota)", fontsize=8)
+    b.set_ylabel("Ray-task wait p95 (h)", fontsize=8)
+    for ax in (a, b):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"worker-cap sweep: {ref[0]}, seed {ref[1]}, failure rate {ref[2]:g}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 def plot_reference(out: Path, prefix: str, runs: Sequence[Mapping[str, Any]]) -> None:
@@ -922,6 +958,7 @@ def main(argv: list[str] | None = None) -> int:
             r.pop("metrics", None)
         json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     plot_matrix(out / f"{name}_controllable_idle.png", data["runs"], data["meta"]["models"], data["meta"]["rates"])
+    plot_cap_sweep(out / f"{name}_cap_sweep.png", data["runs"])
     text = render(data, helios_shape(shared), name)
     md_path.write_text(text)
     print(f"wrote {md_path}, {json_path} ({len(data['runs'])} runs)", file=sys.stderr)

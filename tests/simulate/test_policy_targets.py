@@ -150,3 +150,12 @@ def test_delivered_is_the_reported_key_else_allocated_less_idle_and_killed() -> 
     old = {"allocated_gpu_hours": 100.0, "idle_gpu_hours": 30.0, "killed_gpu_hours": 5.0}
     assert policy.delivered_gpu_hours(old) == 65.0
     assert policy.delivered_gpu_hours({"allocated_gpu_hours": 100.0}) is None
+
+
+def test_cap_sweep_plot_is_drawn_only_with_a_sweep(tmp_path) -> None:
+    base = runs(qp_meeting_all())
+    assert policy.plot_cap_sweep(tmp_path / "none.png", base) is False
+    assert not (tmp_path / "none.png").exists()
+    swept = base + [dict(r, cap=c) for r in base for c in (1.0, 4.0)]
+    assert policy.plot_cap_sweep(tmp_path / "sweep.png", swept) is True
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
