@@ -32,6 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from autoscaler.core.policy.config import parse_duration
+from autoscaler.core.policy.stall import MIN_WINDOW_SECONDS, StallConfig
 from servicekit.argtypes import count, positive_seconds
 from servicekit.envflags import EnvError, HelpFormatter, apply_env
 from simulator.engine import POLICIES, Engine, SimConfig
@@ -71,6 +73,17 @@ def positive_factor(text: str) -> float:
     return _number(text, allow_zero=False)
 
 
+def stall_delay(text: str) -> float:
+    """``--stall-deactivate-after``: a duration (90s, 30m, 2h) of at least the 1-min stall floor."""
+    try:
+        s = parse_duration(text)
+    except (ValueError, TypeError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not MIN_WINDOW_SECONDS <= s <= 30 * 86400:
+        raise argparse.ArgumentTypeError(f"must be a duration from {MIN_WINDOW_SECONDS:g}s to 30 days, got {text!r}")
+    return s
+
+
 REMOVED_POLICIES: dict[str, str] = {  # name -> why it is gone (the CLI still names it)
     "oracle": "it was no bound (queuepilot with --stall-reclaim left less controllable idle than it on the "
               "same run); lower_bound_idle_gpu_hours in the JSON is the offline lower bound",
@@ -99,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how each job's GPU utilization moves over its run (docs/simulation.md, 'Utilization')")
     p.add_argument("--stall-reclaim", action="store_true", default=False,
                    help="queuepilot policies: deactivate stalled workloads (every ClusterQueue opted in)")
+    p.add_argument("--stall-deactivate-after", type=stall_delay, default=None, metavar="DURATION",
+                   help="with --stall-reclaim: deactivate after every GPU was idle this long (the controller's "
+                        "stall.deactivate_after; default its 2h; under 30m it shortens the stall window too)")
     p.add_argument("--worker-cap-factor", type=positive_factor, default=SimConfig().ray_max_quota_factor,
                    help="a team RayCluster's maxReplicas = its nominal GPU quota x this (the per-team cap)")
     p.add_argument("--no-progress", action="store_true", default=False, help="no progress bar")
@@ -211,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             check_writable(Path(args.json), directory=False)
         cfg = replace(SimConfig(), nodes=args.nodes, gpu_failure_rate=args.gpu_failure_rate, seed=args.seed,
                       control_interval_s=args.control_interval, stall_reclaim=args.stall_reclaim,
-                      ray_max_quota_factor=args.worker_cap_factor)
+                      ray_max_quota_factor=args.worker_cap_factor,
+                      stall_deactivate_after_s=args.stall_deactivate_after)
         window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node,
                              util_model=args.util_model)
     except (ValueError, FileNotFoundError) as e:
@@ -228,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed, "gpu_failure_rate": args.gpu_failure_rate, "nodes": cfg.nodes,
         "gpus_per_node": cfg.gpus_per_node, "jobs": len(window.jobs), "dropped_too_large": window.dropped_too_large,
         "control_interval_s": cfg.control_interval_s, "util_model": args.util_model,
-        "stall_reclaim": args.stall_reclaim, "worker_cap_factor": cfg.ray_max_quota_factor, "command": "queuepilot simulate " + " ".join(argv_list),
+        "stall_reclaim": args.stall_reclaim, "worker_cap_factor": cfg.ray_max_quota_factor,
+        "stall_deactivate_after_s": (StallConfig().deactivate_after_seconds if cfg.stall_deactivate_after_s is None
+                                     else cfg.stall_deactivate_after_s), "command": "queuepilot simulate " + " ".join(argv_list),
     }
     out = results(engines, meta, recommendations)
     text = json.dumps(out, indent=2, sort_keys=True)

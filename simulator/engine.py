@@ -52,6 +52,7 @@ from autoscaler.controller.recommend import RecommendationReconciler
 from autoscaler.controller.reconcilers import build_reconcilers
 from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.controller.stall import StallReconciler
+from autoscaler.core.policy.stall import StallConfig
 from autoscaler.core.snapshot import (
     CHECK_PENDING,
     CHECK_READY,
@@ -111,6 +112,9 @@ class SimConfig:
     check_invariants: bool = False
     ray_max_quota_factor: float = 2.0  # a team RayCluster's maxReplicas = its nominal GPU quota x this (--worker-cap-factor)
     stall_reclaim: bool = False  # queuepilot policies: every ClusterQueue opted in to stall deactivation
+    # with stall_reclaim: the controller's stall.deactivate_after (None: its default, 2 h); a value
+    # under the default 30-min stall window shortens the window with it
+    stall_deactivate_after_s: float | None = None
     teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
 
 
@@ -212,8 +216,13 @@ class Engine:
         self.policy = make_policy(policy, self.cfg.teams, self.static_replicas)
         if self.cfg.stall_reclaim and self.policy.queuepilot_scaling:
             # the controller's opt-in (config ``stall.deactivate_cluster_queues``) for every team's queue
-            self.policy.settings = {**self.policy.settings,
-                                    "stall": {"deactivate_cluster_queues": [f"cq-{t}" for t in self.cfg.teams]}}
+            stall: dict[str, Any] = {"deactivate_cluster_queues": [f"cq-{t}" for t in self.cfg.teams]}
+            delay = self.cfg.stall_deactivate_after_s
+            if delay is not None:
+                stall["deactivate_after"] = f"{delay:g}s"
+                if delay < StallConfig().window_seconds:
+                    stall["window"] = f"{delay:g}s"
+            self.policy.settings = {**self.policy.settings, "stall": stall}
         self.checks_active: dict[str, bool] = {CHECK_NAME: False} if self.policy.with_check else {}
         self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.with_check)
         # the controller's reconcilers, acting on this world through a SimWriter

@@ -87,12 +87,25 @@ def test_a_removed_busy_worker_counts_its_elapsed_work_as_killed() -> None:
 START_S = SimConfig().rayjob_startup_s
 
 
-def _stalling_rayjob(stall_reclaim: bool, stall_at: float = 2000.0) -> Engine:
+def _stalling_rayjob(stall_reclaim: bool, stall_at: float = 2000.0, delay: float | None = None) -> Engine:
     prof = PhasedProfile(key=7, end=10_000.0, start_end=0.0, start_util=0.9, stall_start=stall_at, idle_p=0.0,
                          levels=(0.9,))
     job = Job(1, "team-a", 0.0, 10_000.0, 8, 0.9, 0.0, prof)
-    cfg = SimConfig(nodes=2, teams=ONE, stall_reclaim=stall_reclaim, check_invariants=True)
+    cfg = SimConfig(nodes=2, teams=ONE, stall_reclaim=stall_reclaim, check_invariants=True,
+                    stall_deactivate_after_s=delay)
     return Engine([job], 12_000.0, "queuepilot", cfg)
+
+
+@pytest.mark.parametrize("delay", [600.0, 3600.0])
+def test_the_stall_delay_reaches_the_controller_and_sets_when_the_job_goes(delay: float) -> None:
+    """--stall-deactivate-after: the stalled 8-GPU job holds its GPUs stalled for that long (to a control
+    pass or two), then goes; 10 min also shortens the 30-min report window to 10 min."""
+    e = _stalling_rayjob(True, delay=delay)
+    assert e.stall is not None and e.stall.config.deactivate_after_seconds == delay
+    assert e.stall.config.window_seconds == min(delay, 1800.0)
+    m = e.run()
+    assert m.deactivated == 1 and m.killed_gpu_s == 0.0
+    assert 8 * delay <= m.idle_class_gpu_s["stalled"] <= 8 * (delay + 2 * 30.0)
 
 
 def test_a_stalled_rayjob_is_deactivated_with_no_work_lost_and_its_quota_released() -> None:
@@ -228,7 +241,9 @@ def test_the_worker_cap_factor_sets_max_replicas() -> None:
 
 def test_bad_new_flags_are_one_line_and_exit_2(capsys, monkeypatch) -> None:
     for args, needle in [(["--worker-cap-factor", "0"], "--worker-cap-factor"),
-                         (["--util-model", "flat"], "--util-model")]:
+                         (["--util-model", "flat"], "--util-model"),
+                         (["--stall-deactivate-after", "soon"], "--stall-deactivate-after"),
+                         (["--stall-deactivate-after", "5s"], "--stall-deactivate-after")]:
         with pytest.raises(SystemExit) as exc:
             main(["--trace", "synthetic", "--no-progress", *args])
         err = capsys.readouterr().err
