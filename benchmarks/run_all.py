@@ -28,6 +28,8 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # 2 cores); the whole matrix of 3 seeds x 2 failure rates is `benchmarks/policy.py` without flags
     # (about 2 h on 2 cores) and writes the same page
     ("policy quality (simulator)", "policy.py", ("--seeds", "1", "--rates", "0.01")),
+    # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
+    ("stall deactivation delay (simulator)", "stall_delay.py", ()),
 )
 
 

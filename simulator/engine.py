@@ -651,11 +651,13 @@ class Engine:
         return w.job.util_at(t) if t >= 0 else 0.0
 
     def _stop_rayjob(self, w: SimWorkload, *, killed: bool) -> None:
-        """A running RayJob's pods go (it ended, or was evicted: then the work it had left is lost)."""
+        """A running RayJob's pods go (it ended, or was evicted: then the work it had done is lost, as
+        for a Ray task killed mid-work; evicted in its stall, its work was done: nothing is lost)."""
         start = self.run_start.pop(w.name, None)
         if killed and start is not None:
-            t = self.rayjob_running_s(start)
-            self.metrics.record_killed(max(0.0, _work_s(w.job) - max(0.0, t)) * w.gpus)
+            t = max(0.0, self.rayjob_running_s(start))
+            work = _work_s(w.job)
+            self.metrics.record_killed((t if t < work else 0.0) * w.gpus)
         for i in range(w.job.pods):
             pod = f"{w.namespace}/{w.name}-{i}"
             self.cluster.release(pod)
