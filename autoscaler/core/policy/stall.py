@@ -244,9 +244,9 @@ def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]
             pk = (gpu.pod.namespace, gpu.pod.name)
             if pk in pod_owner:
                 key = pod_owner[pk]
-            else:
+            else:  # looked up once per pod (a pod holds up to 8 GPUs)
                 owner = _by_job_name(by_name, gpu.pod.namespace, gpu.pod.name)
-                key = owner.key if owner is not None else None
+                key = pod_owner[pk] = owner.key if owner is not None else None
             if key is not None:
                 out.setdefault(key, []).append(gpu)
     return out
