@@ -98,6 +98,17 @@ class NodeState:
     memory_allocatable: float = 0.0
     memory_requested: float = 0.0
     gpus: tuple[GpuState, ...] = ()  # empty when no GPU signal covers this node
+    # derived from ``gpus`` (not an input): each pod the GPU signal names here with its GPUs, in GPU
+    # order, so that attributing GPUs to pods is one pass per node built, not one per decision
+    gpus_by_pod: tuple[tuple[PodKey, tuple[GpuState, ...]], ...] = field(
+        default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by: dict[PodKey, list[GpuState]] = {}
+        for g in self.gpus:
+            if g.pod is not None:
+                by.setdefault(g.pod, []).append(g)
+        object.__setattr__(self, "gpus_by_pod", tuple((p, tuple(gs)) for p, gs in by.items()))
 
     @property
     def unhealthy_gpus(self) -> int:
@@ -304,6 +315,11 @@ class WorkerGroupState:
     workers: tuple[RayWorker, ...] = ()
     workers_to_delete: tuple[str, ...] = ()
     idle_timeout_seconds: int | None = None
+    # derived from ``workers`` (not an input): their pod names, for attributing pods to the group
+    worker_pods: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "worker_pods", frozenset(w.pod for w in self.workers))
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,33 +222,36 @@ def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]
     """Workload key -> the GPUs the GPU signal attributes to its pods (only ``candidates``)."""
     by_owner = {(w.namespace, w.owner_kind, w.owner_name): w for w in candidates if w.owner_name}
     by_name: dict[tuple[str, str], WorkloadState] = {}
-    for w in sorted(candidates, key=lambda w: w.key):  # one job name, several kinds: the first by key
+    for w in candidates:  # one job name, several kinds: the first by key
         if w.owner_name:
-            by_name.setdefault((w.namespace, w.owner_name), w)
+            seen = by_name.get((w.namespace, w.owner_name))
+            if seen is None or w.key < seen.key:
+                by_name[(w.namespace, w.owner_name)] = w
     # a Ray worker's pod belongs to the Workload of its RayCluster, or to none (a RayCluster no
     # candidate owns: its pods are not looked up by job name)
-    pod_owner: dict[tuple[str, str], str | None] = {}
+    ray_pods: dict[str, list[tuple[frozenset[str], str | None]]] = {}  # namespace -> (worker pods, owner key)
     for rc in snapshot.ray_clusters.values():
         wl = by_owner.get((rc.namespace, "RayCluster", rc.name))
         origin = rc.labels.get(RAY_ORIGIN_NAME_LABEL)
         if wl is None and origin:
             wl = by_owner.get((rc.namespace, rc.labels.get(RAY_ORIGIN_KIND_LABEL, "RayJob"), origin))
         for g in rc.groups:
-            for worker in g.workers:
-                pod_owner[(rc.namespace, worker.pod)] = wl.key if wl is not None else None
+            if g.worker_pods:
+                ray_pods.setdefault(rc.namespace, []).append((g.worker_pods, wl.key if wl is not None else None))
     out: dict[str, list[GpuState]] = {}
-    for name in sorted(snapshot.nodes):
-        for gpu in snapshot.nodes[name].gpus:
-            if gpu.pod is None:
-                continue
-            pk = (gpu.pod.namespace, gpu.pod.name)
-            if pk in pod_owner:
-                key = pod_owner[pk]
-            else:  # looked up once per pod (a pod holds up to 8 GPUs)
-                owner = _by_job_name(by_name, gpu.pod.namespace, gpu.pod.name)
-                key = pod_owner[pk] = owner.key if owner is not None else None
+    nodes = snapshot.nodes
+    for name in sorted(nodes):
+        for pod, gpus in nodes[name].gpus_by_pod:  # a pod's GPUs on this node, in GPU order
+            key: str | None = None
+            for pods, ray_owner in ray_pods.get(pod.namespace, ()):
+                if pod.name in pods:
+                    key = ray_owner
+                    break
+            else:  # not a Ray worker: by job name
+                owner = _by_job_name(by_name, pod.namespace, pod.name)
+                key = owner.key if owner is not None else None
             if key is not None:
-                out.setdefault(key, []).append(gpu)
+                out.setdefault(key, []).extend(gpus)
     return out
 
 
@@ -275,12 +278,15 @@ def decide_stalls(
         return StallResult((), frozen_map(), "GPU signal stale")
     candidates = [w for w in snapshot.workloads.values() if _candidate(w)]
     gpus_of = workload_gpus(snapshot, candidates)
+    by_key = {w.key: w for w in candidates}
     tracks: dict[str, StallTrack] = {}
     stalled: list[StalledWorkload] = []
-    for wl in sorted(candidates, key=lambda w: w.key):
-        gpus = gpus_of.get(wl.key, [])
-        if not gpus or not all(g.utilization is not None and g.utilization < config.gpu_utilization for g in gpus):
-            continue  # no GPU seen, one busy or unknown: not stalled (timer reset)
+    limit = config.gpu_utilization
+    for key in sorted(gpus_of):  # a candidate no GPU is attributed to is not stalled
+        gpus = gpus_of[key]
+        if not all(g.utilization is not None and g.utilization < limit for g in gpus):
+            continue  # one busy or unknown: not stalled (timer reset)
+        wl = by_key[key]
         old = history.get(wl.key)
         track = old if old is not None and old.admitted_at == wl.admitted_at else StallTrack(now, wl.admitted_at)
         stalled_for = now - track.since
