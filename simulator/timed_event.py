@@ -4,13 +4,14 @@ the multi-cluster fleet simulation share it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(order=True, slots=True)
-class TimedEvent:
+class TimedEvent(NamedTuple):
+    """A tuple, so the heap compares entries in C: ``(t, seq)`` decides, since ``seq`` is unique and
+    ``kind`` and ``data`` are never reached."""
+
     t: float
     seq: int
-    kind: str = field(compare=False)
-    data: Any = field(compare=False, default=None)
+    kind: str
+    data: Any = None
