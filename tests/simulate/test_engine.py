@@ -7,6 +7,7 @@ import pytest
 from simulator.cluster import SimCluster
 from simulator.engine import POLICIES, Engine, SimConfig
 from simulator.kueue import RESERVED, SimClusterQueue, SimKueue, SimWorkload
+from simulator.utilization import PhasedProfile
 from simulator.workload import Job, SyntheticParams, synthetic
 
 TEAMS = ("team-a", "team-b", "team-c")
@@ -106,7 +107,7 @@ def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
     from autoscaler.controller.scaling import ScalingReconciler
     from simulator.writer import SimWriter
 
-    e = Engine(_small_jobs(6.0), 6 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS))
+    e = Engine(_small_jobs(6.0), 6 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS, stall_report=True))
     m = e.run()
     assert isinstance(e.admission, AdmissionReconciler) and isinstance(e.scaling, ScalingReconciler)
     assert isinstance(e.admission.writer, SimWriter) and e.scaling.writer is e.admission.writer
@@ -147,3 +148,31 @@ def test_admission_check_must_be_active_before_kueue_reserves_quota():
     assert e.checks_active == {"gpu-capacity": False}
     e.run()
     assert e.checks_active == {"gpu-capacity": True}
+
+
+@pytest.mark.parametrize("policy", ["queuepilot", "ray-idle"])
+def test_a_report_only_stall_detector_changes_no_number(policy):
+    """``SimConfig.stall_report``: with nothing opted in to deactivation the stall detector only posts
+    Events and sets gauges, so leaving it out (the default) gives the same summary; the run with it
+    did report stalls (else the comparison would say nothing)."""
+    # the synthetic mix, and an 8-GPU RayJob that stalls 2000 s into its run (so a stall is reported)
+    prof = PhasedProfile(key=7, end=10_000.0, start_end=0.0, start_util=0.9, stall_start=2000.0, idle_p=0.0,
+                         levels=(0.9,))
+    jobs = sorted([*_small_jobs(12.0, seed=5), Job(10**6, TEAMS[0], 600.0, 10_000.0, 8, 0.9, 0.0, prof)],
+                  key=lambda j: j.submit)
+    runs = {}
+    for report in (False, True):
+        e = Engine(jobs, 12 * 3600.0, policy, SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4,
+                                                         stall_report=report))
+        runs[report] = (e, e.run().summary())
+    quiet, loud = runs[False][0], runs[True][0]
+    assert quiet.stall is None and loud.stall is not None
+    assert loud.writer.event_counts[("Workload", "Warning", "StalledWorkload")] > 0
+    assert runs[False][1] == runs[True][1]
+
+
+def test_the_stall_detector_runs_where_it_may_deactivate():
+    on = Engine(_small_jobs(2.0), 2 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
+    baseline = Engine(_small_jobs(2.0), 2 * 3600.0, "ray-idle", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
+    assert on.stall is not None and on.stall.config.deactivate_cluster_queues
+    assert baseline.stall is None  # a baseline opts nothing in: the detector could only report
