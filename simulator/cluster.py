@@ -8,6 +8,7 @@ pod), all pods of a gang or none.  A failed GPU (XID 79) stays with its pod unti
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 
@@ -51,6 +52,8 @@ class SimCluster:
         self._free: dict[str, int] = {n.name: n.gpus for n in self.nodes}
         self._allocated = 0  # GPUs owned by a pod (== sum of len(pod_gpus values))
         self.version = 0  # bumped on every change to any node (the snapshot builder caches the node map by it)
+        # each snapshot builder's set of nodes changed since it last built its node map (it empties its own)
+        self.watchers: weakref.WeakKeyDictionary[object, set[str]] = weakref.WeakKeyDictionary()
 
     # ---------------------------------------------------------------------------- accounting
     @property
@@ -101,8 +104,7 @@ class SimCluster:
                     node.owner[i] = pod_id
                     got.append((node, i))
             self._free[node.name] -= need
-            node.version += 1
-            self.version += 1
+            self._touch(node)
             self._allocated += len(got)
             self.pod_gpus[pod_id] = got
         return True
@@ -130,8 +132,7 @@ class SimCluster:
                     node.owner[i] = pod_id
                     got.append((node, i))
             self._free[node_name] -= need
-            node.version += 1
-            self.version += 1
+            self._touch(node)
             self._allocated += len(got)
             self.pod_gpus[pod_id] = got
         return True
@@ -141,8 +142,7 @@ class SimCluster:
             node.owner[i] = None
             if node.healthy[i]:
                 self._free[node.name] += 1
-            node.version += 1
-            self.version += 1
+            self._touch(node)
             self._allocated -= 1
 
     def node_of(self, pod_id: str) -> str | None:
@@ -157,8 +157,7 @@ class SimCluster:
         node.healthy[index] = False
         if node.owner[index] is None:
             self._free[node.name] -= 1
-        node.version += 1
-        self.version += 1
+        self._touch(node)
         return True
 
     def repair(self, node: SimNode, index: int) -> None:
@@ -167,8 +166,13 @@ class SimCluster:
         node.healthy[index] = True
         if node.owner[index] is None:
             self._free[node.name] += 1
+        self._touch(node)
+
+    def _touch(self, node: SimNode) -> None:
         node.version += 1
         self.version += 1
+        for changed in self.watchers.values():
+            changed.add(node.name)
 
     def check(self) -> None:
         """Invariants: the free counts match the GPU table; each GPU has at most one owner."""

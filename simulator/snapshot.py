@@ -60,16 +60,30 @@ def pod_key(pod_id: str) -> PodKey:
 
 
 class SnapshotBuilder:
-    def __init__(self, cluster: SimCluster, kueue: SimKueue, with_check: bool) -> None:
+    """``pod_util``: the GPU signal, each bound pod's GPU utilization by ``"<namespace>/<pod>"`` (the
+    exporter's, by the pod a GPU is attributed to; 0 on a free GPU); the owner calls
+    ``utilization_changed(node)`` when a pod's value there changes.  None: no GPU signal (utilization
+    unknown)."""
+
+    def __init__(self, cluster: SimCluster, kueue: SimKueue, with_check: bool,
+                 pod_util: Mapping[str, float] | None = None) -> None:
         self.cluster = cluster
         self.kueue = kueue
         self.with_check = with_check
-        self._nodes: dict[str, tuple[int, NodeState]] = {}
+        self._pod_util = pod_util
+        self._util_gen: dict[str, int] = {}  # node -> bumped when a pod's utilization there changed
+        self._util_version = 0  # bumped with any of them
+        self._nodes: dict[str, tuple[tuple[int, int], NodeState]] = {}
+        self._labels: dict[str, Mapping[str, str]] = {}  # flavor -> a node's labels (read-only, shared)
+        self._pod_keys: dict[str, PodKey] = {}  # "<namespace>/<pod>" -> its PodKey (forgotten with the pod)
         self._workloads: dict[str, tuple[int, WorkloadState]] = {}
         self._workers: dict[str, tuple[tuple[int, bool, bool], RayWorker]] = {}
         # whole-map caches: the node map by the cluster's version, the ClusterQueues by their usage,
         # each RayCluster's worker tuple by (epoch, version) until a worker's ready/busy flips
-        self._node_map: tuple[int, Mapping[str, NodeState]] | None = None
+        self._node_map: tuple[tuple[int, int], Mapping[str, NodeState]] | None = None
+        self._node_states: dict[str, NodeState] = {}
+        self._changed: set[str] = set()  # nodes changed since the node map was built
+        cluster.watchers[self] = self._changed
         self._cq_map: tuple[tuple[object, ...], Mapping[str, ClusterQueueState]] | None = None
         self._ray_workers: dict[str, tuple[tuple[int, int], float, tuple[RayWorker, ...]]] = {}
         # each RayCluster's WorkerGroupState while its workers (the same tuple), replicas and
@@ -103,22 +117,48 @@ class SnapshotBuilder:
             self._checks_key = key
         return self._checks
 
+    def _flavor_labels(self, flavor: str) -> Mapping[str, str]:
+        labels = self._labels.get(flavor)
+        if labels is None:
+            labels = self._labels[flavor] = frozen_map({FLAVOR_LABEL: flavor})
+        return labels
+
+    def utilization_changed(self, node: str) -> None:
+        """A pod on ``node`` has a new GPU utilization in ``pod_util``: its NodeState is built anew."""
+        self._util_gen[node] = self._util_gen.get(node, 0) + 1
+        self._util_version += 1
+        self._changed.add(node)
+
     def node_state(self, n: SimNode) -> NodeState:
+        key = (n.version, self._util_gen.get(n.name, 0))
         cached = self._nodes.get(n.name)
-        if cached is not None and cached[0] == n.version:
+        if cached is not None and cached[0] == key:
             return cached[1]
-        gpus = tuple(
-            GpuState(
-                uuid=f"GPU-{n.name}-{i}", node=n.name, index=i, model=GPU_MODEL, healthy=n.healthy[i],
-                health_reason="" if n.healthy[i] else "XidFatal", pod=pod_key(o) if o else None,
-            )
-            for i, o in enumerate(n.owner)
-        )
+        util = self._pod_util
+        source = "gpu_util" if util is not None else ""
+        old = cached[1].gpus if cached is not None and len(cached[1].gpus) == n.gpus else None
+        gpus = []
+        for i, o in enumerate(n.owner):
+            u = None if util is None else util.get(o, 0.0) if o else 0.0
+            healthy = n.healthy[i]
+            prev = old[i] if old is not None else None
+            pod = self._pod_keys.get(o) if o else None
+            if o and pod is None:
+                if len(self._pod_keys) > 8 * len(n.owner) * len(self.cluster.nodes):
+                    self._pod_keys.clear()  # pods come and go: bounded, rebuilt as pods are seen
+                pod = self._pod_keys[o] = pod_key(o)
+            if prev is not None and prev.pod is pod and prev.utilization == u and prev.healthy == healthy:
+                gpus.append(prev)  # this GPU is as it was: the GpuState built before
+                continue
+            gpus.append(GpuState(
+                uuid=f"GPU-{n.name}-{i}", node=n.name, index=i, model=GPU_MODEL, healthy=healthy,
+                health_reason="" if healthy else "XidFatal", utilization=u, utilization_source=source, pod=pod,
+            ))
         state = NodeState(
-            name=n.name, labels=frozen_map({FLAVOR_LABEL: n.flavor}), gpu_allocatable=n.gpus,
-            gpu_requested=n.allocated, gpus=gpus,
+            name=n.name, labels=self._flavor_labels(n.flavor), gpu_allocatable=n.gpus,
+            gpu_requested=n.allocated, gpus=tuple(gpus),
         )
-        self._nodes[n.name] = (n.version, state)
+        self._nodes[n.name] = (key, state)
         return state
 
     def workload_state(self, w: SimWorkload) -> WorkloadState:
@@ -142,7 +182,9 @@ class SnapshotBuilder:
             requeued_at=w.requeued_at,
             flavors=frozen_map({POD_SET: frozen_map({GPU_RESOURCE: w.flavor})}) if w.flavor else frozen_map(),
             admitted_counts=frozen_map({POD_SET: w.job.pods}) if reserved else frozen_map(),
-            checks=checks, owner_kind="RayJob", owner_name=f"job-{w.job.id}",
+            # owned by its RayJob, by the name its pods carry (``<rayjob>-<i>``), so the stall
+            # detector attributes the pods' GPUs to it as the deployed controller would
+            checks=checks, owner_kind="RayJob", owner_name=w.name,
         )
         self._workloads[key] = (w.version, state)
         return state
@@ -232,9 +274,20 @@ class SnapshotBuilder:
         return self._cq_map[1]
 
     def node_map(self) -> Mapping[str, NodeState]:
-        """Every node's ``NodeState``, rebuilt only when some node changed (``SimCluster.version``)."""
-        if self._node_map is None or self._node_map[0] != self.cluster.version:
-            self._node_map = (self.cluster.version, frozen_map({n.name: self.node_state(n) for n in self.cluster.nodes}))
+        """Every node's ``NodeState``, rebuilt only when some node changed (``SimCluster.version``) or a
+        pod's GPU utilization on one did (``utilization_changed``)."""
+        key = (self.cluster.version, self._util_version)
+        if self._node_map is not None and self._node_map[0] == key:
+            return self._node_map[1]
+        if self._node_map is None:
+            nodes = self._node_states = {n.name: self.node_state(n) for n in self.cluster.nodes}
+        else:  # only the nodes that changed since (the cluster and utilization_changed say which)
+            nodes = self._node_states
+            by_name = self.cluster.by_name
+            for name in self._changed:
+                nodes[name] = self.node_state(by_name[name])
+        self._changed.clear()
+        self._node_map = (key, frozen_map(nodes))
         return self._node_map[1]
 
     def cluster_queues(self) -> dict[str, ClusterQueueState]:

@@ -30,6 +30,7 @@ from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.core.snapshot import RayDemand, frozen_map
 from simulator.engine import Engine, SimConfig
 from simulator.kueue import SimWorkload
+from simulator.snapshot import SnapshotBuilder
 from simulator.workload import Job
 from tests.decisions import kube_world as k
 
@@ -50,6 +51,9 @@ class SimSide:
         cfg = SimConfig(nodes=2, gpus_per_node=8, teams=TEAMS, flavor=FLAVOR)
         self.engine = Engine([], 10 * 86400.0, "queuepilot", cfg)
         self.engine.context.settings.update(SETTINGS)
+        # the kube side's nodes carry no exporter series: neither do the sim side's (no GPU signal on
+        # the GPUs; the workers' utilization comes from Ray on both sides)
+        self.engine.snapshots = SnapshotBuilder(self.engine.cluster, self.engine.kueue, self.engine.policy.with_check)
         # the reconcilers read their settings at construction: build them again with the scenario's
         self.admission, self.scaling = _pair(build_reconcilers(self.engine.context))
         self.engine.now = T0

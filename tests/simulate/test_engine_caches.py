@@ -58,6 +58,18 @@ def _fresh_usage(e: Engine) -> tuple[int, float, int, dict[str, int]]:
     return allocated, used, idle, classes
 
 
+def _fresh_pod_util(e: Engine) -> dict[str, float]:
+    """The GPU signal without caches: each bound pod's utilization now (a Ray worker's task, a RayJob's
+    pods' job; 0 while it starts)."""
+    util = {f"{rc.namespace}/{wk.name}": wk.util(e.now) for rc in e.rays.values() for wk in rc.workers.values()}
+    for name, start in e.run_start.items():
+        w = e.workloads.get(name)
+        if w is not None:
+            t = e.now - start - e.cfg.rayjob_startup_s
+            util.update({f"{w.namespace}/{w.name}-{i}": w.job.util_at(t) if t >= 0 else 0.0 for i in range(w.job.pods)})
+    return util
+
+
 @pytest.mark.parametrize("policy", ["queuepilot-reclaim", "hpa", "kueue-quota"])
 def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str) -> None:
     e = _engine(policy)
@@ -69,8 +81,8 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str) -> None:
         while t < e.window_s:
             t += 47.0  # off the control interval: caches are read between ticks too
             await e.advance(t)
-            fresh = SnapshotBuilder(e.cluster, e.kueue, e.policy.with_check)
             snap = e.snapshot(e.now)
+            fresh = SnapshotBuilder(e.cluster, e.kueue, e.policy.with_check, pod_util=_fresh_pod_util(e))
             want = fresh.build(e.now, e.workloads.values(), e.rays.values(), e.checks_active)
             # the AdmissionCheck's resourceVersion counts the builder's own history, not a cache
             assert snap == replace(want, admission_checks=snap.admission_checks)
