@@ -26,8 +26,15 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("decision latency", "decision_latency.py", ()),
     # the month under every utilization model and policy, seed 1, failure rate 0.01 (about 25 min on
     # 2 cores); the whole matrix of 3 seeds x 2 failure rates is `benchmarks/policy.py` without flags
-    # (about 2 h on 2 cores) and writes the same page
+    # (estimated 1 h 45 min on 2 cores) and writes the same page
     ("policy quality (simulator)", "policy.py", ("--seeds", "1", "--rates", "0.01")),
+    # the headline across seeds and failure rates: grounded, seeds 1-3 x rates 0.01/0.05, queuepilot
+    # (plain, idle-actor reclaim, each with and without stall reclaim) against ray-idle (30 runs, 44 min
+    # wall on 2 cores, 2026-12-01)
+    ("policy across seeds and failure rates (simulator)", "policy.py",
+     ("--models", "grounded", "--seeds", "1,2,3", "--rates", "0.01,0.05", "--policies",
+      "queuepilot,queuepilot-reclaim,ray-idle", "--stall-models", "grounded", "--caps", "2",
+      "--name", "policy-seeds")),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
 )
