@@ -229,6 +229,7 @@ class Engine:
         # the GPU signal the reconcilers see: each bound pod's GPU utilization, kept up to date
         # incrementally from the ledger (``_w_set``, ``_j_set``); the snapshot builder puts it on the GPUs
         self._pod_util: dict[str, float] = {}
+        self._views: dict[str, tuple[tuple[Any, ...], WorkerView]] = {}  # worker -> a baseline's view (group_view)
         self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.with_check, pod_util=self._pod_util)
         # the controller's reconcilers, acting on this world through a SimWriter
         registry = CollectorRegistry()
@@ -305,13 +306,23 @@ class Engine:
 
     def group_view(self, team: str, now: float) -> GroupView:
         rc = self.rays[team]
-        workers = tuple(
-            WorkerView(w.name, w.ready(now), w.ray_busy(), w.busy(now), w.util(now),
-                       None if w.task is not None else w.idle_since)
-            for w in sorted(rc.workers.values(), key=lambda x: x.name)
-        )
+        workers = tuple(self._worker_view(w, now) for w in sorted(rc.workers.values(), key=lambda x: x.name))
         return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue),
                          rc.startup_s, self.arrivals_within(team, now, now + rc.startup_s))
+
+    def _worker_view(self, w: SimWorker, now: float) -> WorkerView:
+        """A baseline's view of one worker, the one built before while nothing in it moved: its
+        utilization changes only with its ``generation`` (bumped when the ledger sees its task's
+        utilization move, and kept current by the tick's accounting before any scaler looks)."""
+        ready, ray_busy, busy = now >= w.ready_at, w.task is not None, w.task is not None and now < w.busy_until
+        idle_since = None if ray_busy else w.idle_since
+        key = (w.generation, ready, ray_busy, busy, idle_since)
+        cached = self._views.get(w.name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        view = WorkerView(w.name, ready, ray_busy, busy, w.util(now), idle_since)
+        self._views[w.name] = (key, view)
+        return view
 
     def snapshot(self, now: float) -> ClusterSnapshot:
         """The cluster as the controller sees it at ``now``, the GPU signal included (each GPU's
@@ -560,6 +571,7 @@ class Engine:
         wk = rc.workers.pop(name)
         rc.epoch += 1
         self.snapshots.forget_worker(name)
+        self._views.pop(name, None)
         iv = self._open_busy.pop(name, None)
         if wk.task is not None and self.now < wk.busy_until:
             rc.queue.appendleft((wk.task, self.now))  # killed mid-work: restarts from scratch

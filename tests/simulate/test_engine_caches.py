@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from simulator.baselines import WorkerView
 from simulator.engine import Engine, SimConfig
 from simulator.kueue import RESERVED
 from simulator.metrics import IDLE_CLASSES, IDLE_UTIL
@@ -86,6 +87,12 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str) -> None:
             want = fresh.build(e.now, e.workloads.values(), e.rays.values(), e.checks_active)
             # the AdmissionCheck's resourceVersion counts the builder's own history, not a cache
             assert snap == replace(want, admission_checks=snap.admission_checks)
+            for team, rc in e.rays.items():  # a baseline's worker views, as built fresh
+                fresh_views = tuple(
+                    WorkerView(w.name, w.ready(e.now), w.ray_busy(), w.busy(e.now), w.util(e.now),
+                               None if w.task is not None else w.idle_since)
+                    for w in sorted(rc.workers.values(), key=lambda x: x.name))
+                assert e.group_view(team, e.now).workers == fresh_views
             allocated, used, idle, classes = _fresh_usage(e)
             a2, u2, cls2, _ = e.usage_classes()
             assert (a2, sum(cls2.values()), cls2) == (allocated, idle, classes)
