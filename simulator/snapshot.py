@@ -72,15 +72,16 @@ class SnapshotBuilder:
         self.with_check = with_check
         self._pod_util = pod_util
         self._util_gen: dict[str, int] = {}  # node -> bumped when a pod's utilization there changed
-        self._util_version = 0  # bumped with any of them
         self._nodes: dict[str, tuple[tuple[int, int], NodeState]] = {}
         self._labels: dict[str, Mapping[str, str]] = {}  # flavor -> a node's labels (read-only, shared)
-        self._pod_keys: dict[str, PodKey] = {}  # "<namespace>/<pod>" -> its PodKey (forgotten with the pod)
+        # "<namespace>/<pod>" -> its PodKey, one object per pod so an unchanged GPU is seen by identity
+        # (cleared when it outgrows the cluster many times over: pods come and go)
+        self._pod_keys: dict[str, PodKey] = {}
         self._workloads: dict[str, tuple[int, WorkloadState]] = {}
         self._workers: dict[str, tuple[tuple[int, bool, bool], RayWorker]] = {}
-        # whole-map caches: the node map by the cluster's version, the ClusterQueues by their usage,
+        # whole-map caches: the node map until a node changes, the ClusterQueues by their usage,
         # each RayCluster's worker tuple by (epoch, version) until a worker's ready/busy flips
-        self._node_map: tuple[tuple[int, int], Mapping[str, NodeState]] | None = None
+        self._node_map: Mapping[str, NodeState] | None = None
         self._node_states: dict[str, NodeState] = {}
         self._changed: set[str] = set()  # nodes changed since the node map was built
         cluster.watchers[self] = self._changed
@@ -126,7 +127,6 @@ class SnapshotBuilder:
     def utilization_changed(self, node: str) -> None:
         """A pod on ``node`` has a new GPU utilization in ``pod_util``: its NodeState is built anew."""
         self._util_gen[node] = self._util_gen.get(node, 0) + 1
-        self._util_version += 1
         self._changed.add(node)
 
     def node_state(self, n: SimNode) -> NodeState:
@@ -144,8 +144,8 @@ class SnapshotBuilder:
             prev = old[i] if old is not None else None
             pod = self._pod_keys.get(o) if o else None
             if o and pod is None:
-                if len(self._pod_keys) > 8 * len(n.owner) * len(self.cluster.nodes):
-                    self._pod_keys.clear()  # pods come and go: bounded, rebuilt as pods are seen
+                if len(self._pod_keys) > 8 * self.cluster.total_gpus:
+                    self._pod_keys.clear()
                 pod = self._pod_keys[o] = pod_key(o)
             if prev is not None and prev.pod is pod and prev.utilization == u and prev.healthy == healthy:
                 gpus.append(prev)  # this GPU is as it was: the GpuState built before
@@ -274,21 +274,19 @@ class SnapshotBuilder:
         return self._cq_map[1]
 
     def node_map(self) -> Mapping[str, NodeState]:
-        """Every node's ``NodeState``, rebuilt only when some node changed (``SimCluster.version``) or a
-        pod's GPU utilization on one did (``utilization_changed``)."""
-        key = (self.cluster.version, self._util_version)
-        if self._node_map is not None and self._node_map[0] == key:
-            return self._node_map[1]
+        """Every node's ``NodeState``; only the nodes that changed since the last call are built again (the
+        cluster tells its watchers, ``SimCluster.watchers``; ``utilization_changed`` adds the rest)."""
+        if self._node_map is not None and not self._changed:
+            return self._node_map
         if self._node_map is None:
-            nodes = self._node_states = {n.name: self.node_state(n) for n in self.cluster.nodes}
+            self._node_states = {n.name: self.node_state(n) for n in self.cluster.nodes}
         else:  # only the nodes that changed since (the cluster and utilization_changed say which)
-            nodes = self._node_states
             by_name = self.cluster.by_name
             for name in self._changed:
-                nodes[name] = self.node_state(by_name[name])
+                self._node_states[name] = self.node_state(by_name[name])
         self._changed.clear()
-        self._node_map = (key, frozen_map(nodes))
-        return self._node_map[1]
+        self._node_map = frozen_map(self._node_states)  # a copy: later changes do not reach it
+        return self._node_map
 
     def cluster_queues(self) -> dict[str, ClusterQueueState]:
         return {
