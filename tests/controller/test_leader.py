@@ -95,8 +95,10 @@ async def test_crashed_leader_is_replaced_after_the_lease_expires(fake_api):
                 t.cancel()
         r1.leader = None
         async with running_controller(fake_api, leader_elect=True, identity="r2", lease_name="qp") as r2:
-            await eventually(lambda: lease_holder(lease(fake_api))[0] == "r2", timeout=10)
-            assert r2.is_leader
+            # r2 acts on its own view: wait for it, then the Lease must name it (the server's write
+            # lands before r2 has read the reply, so waiting on the Lease first would race)
+            await eventually(lambda: r2.is_leader, timeout=10)
+            assert lease_holder(lease(fake_api))[0] == "r2"
 
 
 async def test_a_leader_blocked_past_its_renew_deadline_stops_acting(fake_api):

@@ -73,13 +73,14 @@ async def test_caches_converge_under_faults(fake_api):
 
         # 3. throttled (429 + Retry-After) and 4. server errors (500) on the reconnects
         before = restarts(c, "workloads")
-        fake_api.fail_next(2, status=429, retry_after=1, path_contains="/workloads")
+        # verb="watch": the controller also writes Workloads; a 429 on its PATCH is not a watch restart
+        fake_api.fail_next(2, status=429, retry_after=1, path_contains="/workloads", verb="watch")
         fake_api.drop_watches()
         fake_api.create(o.workload("wl-12"))
         await eventually(lambda: converged(fake_api, c), timeout=15)
         assert restarts(c, "workloads") >= before + 3  # the drop and both 429s
         before = restarts(c, "nodes")
-        fake_api.fail_next(3, status=500, path_contains="/nodes")
+        fake_api.fail_next(3, status=500, path_contains="/nodes", verb="watch")
         fake_api.drop_watches()
         fake_api.create(o.node("n9"))
         fake_api.delete(o.KUEUE, "Workload", "wl-12", "team-a")
