@@ -37,6 +37,9 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "--name", "policy-seeds")),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
+    # the idle-actor reclaim budget: idle GPU-hours against actors killed, the month under each
+    # utilization model, budgets 4 (the default) to 1000, ray-idle as the yardstick (19 runs)
+    ("idle-actor reclaim budget (simulator)", "reclaim_budget.py", ()),
 )
 
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autoscaler.core.policy.config import parse_duration
+from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults, parse_duration
 from autoscaler.core.policy.stall import MIN_WINDOW_SECONDS, StallConfig
 from servicekit.argtypes import count, positive_seconds
 from servicekit.envflags import EnvError, HelpFormatter, apply_env
@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "stall.deactivate_after; default its 2h; under 30m it shortens the stall window too)")
     p.add_argument("--worker-cap-factor", type=positive_factor, default=SimConfig().ray_max_quota_factor,
                    help="a team RayCluster's maxReplicas = its nominal GPU quota x this (the per-team cap)")
+    p.add_argument("--reclaim-budget", type=count(0, MAX_RECLAIM_BUDGET), default=None, metavar="N",
+                   help="queuepilot-reclaim: the most workers reclaimed per RayCluster in any hour (the controller's "
+                        f"scaling.reclaim_budget_per_hour, or the queuepilot.io/reclaim-budget annotation; default its "
+                        f"{ScalingDefaults().reclaim_budget_per_hour})")
     p.add_argument("--no-progress", action="store_true", default=False, help="no progress bar")
     return p
 
@@ -228,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(SimConfig(), nodes=args.nodes, gpu_failure_rate=args.gpu_failure_rate, seed=args.seed,
                       control_interval_s=args.control_interval, stall_reclaim=args.stall_reclaim,
                       ray_max_quota_factor=args.worker_cap_factor,
-                      stall_deactivate_after_s=args.stall_deactivate_after)
+                      stall_deactivate_after_s=args.stall_deactivate_after,
+                      reclaim_budget_per_hour=args.reclaim_budget)
         window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node,
                              util_model=args.util_model)
     except (ValueError, FileNotFoundError) as e:
@@ -247,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         "control_interval_s": cfg.control_interval_s, "util_model": args.util_model,
         "stall_reclaim": args.stall_reclaim, "worker_cap_factor": cfg.ray_max_quota_factor,
         "stall_deactivate_after_s": (StallConfig().deactivate_after_seconds if cfg.stall_deactivate_after_s is None
-                                     else cfg.stall_deactivate_after_s), "command": "queuepilot simulate " + " ".join(argv_list),
+                                     else cfg.stall_deactivate_after_s),
+        "reclaim_budget_per_hour": (ScalingDefaults().reclaim_budget_per_hour if cfg.reclaim_budget_per_hour is None
+                                    else cfg.reclaim_budget_per_hour), "command": "queuepilot simulate " + " ".join(argv_list),
     }
     out = results(engines, meta, recommendations)
     text = json.dumps(out, indent=2, sort_keys=True)

@@ -115,6 +115,10 @@ class SimConfig:
     # produce there, and no simulated number reads them, so by default it is left out of those runs
     # (the same JSON, tested; a quarter of a run's time)
     stall_report: bool = False
+    # queuepilot-reclaim: the controller's scaling.reclaim_budget_per_hour (the most workers reclaimed per
+    # RayCluster in any hour; None: its default, 4), as a team that opts in would set it with the
+    # queuepilot.io/reclaim-budget annotation (--reclaim-budget; benchmarks/reclaim_budget.py sweeps it)
+    reclaim_budget_per_hour: int | None = None
     teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
 
 
@@ -143,6 +147,11 @@ class Policy:
     @property
     def queuepilot_scaling(self) -> bool:
         return self.baseline is None
+
+    @property
+    def reclaims_idle_actors(self) -> bool:
+        """The controller's idle-actor reclaim runs (``scaling.reclaim_idle_actors``)."""
+        return bool(self.settings.get("scaling", {}).get("reclaim_idle_actors"))
 
 
 def make_policy(name: str, teams: Sequence[str], static_replicas: Callable[[str], int]) -> Policy:
@@ -223,6 +232,9 @@ class Engine:
                 if delay < StallConfig().window_seconds:
                     stall["window"] = f"{delay:g}s"
             self.policy.settings = {**self.policy.settings, "stall": stall}
+        if self.cfg.reclaim_budget_per_hour is not None and self.policy.reclaims_idle_actors:
+            scaling = {**self.policy.settings["scaling"], "reclaim_budget_per_hour": self.cfg.reclaim_budget_per_hour}
+            self.policy.settings = {**self.policy.settings, "scaling": scaling}
         # the stall detector may deactivate (every team's ClusterQueue opted in) only under a queuepilot policy
         self.stall_acts = self.cfg.stall_reclaim and self.policy.queuepilot_scaling
         self.checks_active: dict[str, bool] = {CHECK_NAME: False} if self.policy.with_check else {}
@@ -581,6 +593,8 @@ class Engine:
             self.metrics.record_killed(min(self.now - wk.started(), _work_s(wk.task)))
             if iv is not None and iv[1] > self.now:
                 iv[1] = self.now
+        elif wk.task is not None:  # in its idle tail: the actor that held it goes (its warm state, no work)
+            self.metrics.actors_killed += 1
         self._l_drop(f"{rc.namespace}/{name}")
         self._pod_util.pop(f"{rc.namespace}/{name}", None)
         self.cluster.release(f"{rc.namespace}/{name}")

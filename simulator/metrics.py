@@ -55,6 +55,7 @@ class RunMetrics:
     jobs_completed: int = 0
     jobs_submitted: int = 0
     tasks_killed: int = 0
+    actors_killed: int = 0  # workers deleted in their idle tail: the idle actor on it went (no work lost)
     retries: int = 0
     rejected: int = 0
     deactivated: int = 0  # running workloads deactivated (the stall reclaim)
@@ -124,6 +125,7 @@ class RunMetrics:
             "reversals_5m": self.reversals_5m,
             "down_after_up_5m": self.down_after_up_5m,
             "tasks_killed": self.tasks_killed,
+            "actors_killed": self.actors_killed,
             "admission_retries": self.retries,
             "admission_rejected": self.rejected,
             "gpu_failures": self.gpu_failures,

@@ -83,6 +83,51 @@ def test_a_removed_busy_worker_counts_its_elapsed_work_as_killed() -> None:
     assert e.rays["team-a"].queue  # it goes back to the queue, to restart from scratch
 
 
+# ------------------------------------------------------------------------- idle-actor reclaim
+def _reclaimed(e: Engine) -> dict[str, float]:
+    """The controller's own count of the workers it deleted by name, by reason (``empty``, ``idle_actor``)."""
+    out: dict[str, float] = {}
+    for fam in e.context.registry.collect():
+        for smp in fam.samples:
+            if smp.name == "queuepilot_reclaimed_workers_total":
+                out[smp.labels["reason"]] = out.get(smp.labels["reason"], 0.0) + smp.value
+    return out
+
+
+def _idle_tails(policy: str, budget: int | None) -> Engine:
+    """24 one-GPU tasks, one a minute, on one 8-GPU node: each runs 15 min and then its actor holds the
+    worker idle for 2 h, so the queue waits behind idle actors unless they are reclaimed."""
+    jobs = [Job(i, "team-a", 60.0 * i, 900.0, 1, 0.8, 7200.0) for i in range(24)]
+    cfg = SimConfig(nodes=1, teams=ONE, check_invariants=True, reclaim_budget_per_hour=budget)
+    return Engine(jobs, 6 * 3600.0, policy, cfg)
+
+
+def test_the_reclaim_budget_reaches_the_controller_and_bounds_the_actors_killed() -> None:
+    runs = {}
+    for budget in (0, None, 1000):
+        e = _idle_tails("queuepilot-reclaim", budget)
+        assert e.scaling is not None
+        assert e.scaling.defaults.reclaim_budget_per_hour == (4 if budget is None else budget)
+        m = e.run()
+        assert m.jobs_completed == 24 and m.tasks_killed == 0 and m.killed_gpu_s == 0.0  # only idle tails go
+        # the simulator's count of actors killed is the controller's count of idle-actor reclaims
+        assert m.actors_killed == _reclaimed(e).get("idle_actor", 0.0)
+        runs[budget] = m
+    assert runs[0].actors_killed == 0
+    assert runs[None].actors_killed > 0
+    # a larger budget reclaims the idle actors sooner: less idle-actor time, a shorter wait
+    assert runs[1000].idle_class_gpu_s["idle_actor"] < runs[None].idle_class_gpu_s["idle_actor"] \
+        < runs[0].idle_class_gpu_s["idle_actor"]
+    assert runs[1000].summary()["task_wait_p95_s"] < runs[None].summary()["task_wait_p95_s"]
+
+
+def test_without_reclaim_the_budget_changes_nothing_and_ray_kills_no_actor() -> None:
+    a = _idle_tails("queuepilot", None).run().summary()
+    b = _idle_tails("queuepilot", 1000).run().summary()
+    assert a == b and a["actors_killed"] == 0
+    assert _idle_tails("ray-idle", 1000).run().actors_killed == 0  # Ray removes only workers with nothing on them
+
+
 # ------------------------------------------------------------------------------- stall reclaim
 START_S = SimConfig().rayjob_startup_s
 
@@ -210,6 +255,7 @@ def test_json_has_the_accounting_keys_with_sane_values(tmp_path) -> None:
     data = json.loads(out.read_text())
     assert data["meta"]["util_model"] == "grounded" and data["meta"]["stall_reclaim"] is True
     assert data["meta"]["worker_cap_factor"] == 1.5
+    assert data["meta"]["reclaim_budget_per_hour"] == 4  # the controller's default
     for name, p in data["policies"].items():
         for k in NEW_KEYS:
             assert k in p, (name, k)
@@ -246,7 +292,9 @@ def test_bad_new_flags_are_one_line_and_exit_2(capsys, monkeypatch) -> None:
     for args, needle in [(["--worker-cap-factor", "0"], "--worker-cap-factor"),
                          (["--util-model", "flat"], "--util-model"),
                          (["--stall-deactivate-after", "soon"], "--stall-deactivate-after"),
-                         (["--stall-deactivate-after", "5s"], "--stall-deactivate-after")]:
+                         (["--stall-deactivate-after", "5s"], "--stall-deactivate-after"),
+                         (["--reclaim-budget", "-1"], "--reclaim-budget"),
+                         (["--reclaim-budget", "1001"], "--reclaim-budget")]:
         with pytest.raises(SystemExit) as exc:
             main(["--trace", "synthetic", "--no-progress", *args])
         err = capsys.readouterr().err
