@@ -40,6 +40,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks import reclaim_budget as budget_sweep  # noqa: E402
 from simulator.cli import default_trace, load_window  # noqa: E402
 from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
 
@@ -702,7 +703,32 @@ def helios_section(runs: Sequence[Mapping[str, Any]], helios: Mapping[str, float
     return lines
 
 
-def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: str) -> str:
+def budget_section(sweep: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> list[str]:
+    """What the idle-actor reclaim budget sweep (``reclaim_budget.py``) found, when it ran on this page's
+    reference window (same start, length, seed and failure rate)."""
+    if sweep is None:
+        return ["No reclaim budget sweep (`benchmarks/reclaim_budget.py`) in this results folder."]
+    sm, ref = sweep["meta"], meta["ref"]
+    window = (sm["start"], float(sm["hours"]), int(sm["seed"]), float(sm["rate"]))
+    if window != (meta["start"], float(meta["hours"]), int(ref[1]), float(ref[2])):
+        return [f"The reclaim budget sweep in [reclaim_budget.md](reclaim_budget.md) ran on another window "
+                f"({window[1]:g} h from {window[0]}, seed {window[2]}, rate {window[3]:g}): not compared here."]
+    lines = [f"`queuepilot-reclaim` reclaims at most `scaling.reclaim_budget_per_hour` workers per RayCluster in "
+             f"any hour (default {budget_sweep.DEFAULT_BUDGET}). [reclaim_budget.md](reclaim_budget.md) runs it at "
+             f"budgets {', '.join(str(b) for b in sm['budgets'])} over this page's window ({window[1]:g} h from "
+             f"{window[0]}), seed {ref[1]}, failure rate {ref[2]:g} (git {sm['git']}), against ray-idle on the same "
+             "run; per model:", ""]
+    for model in sm["models"]:
+        base = budget_sweep.baseline(sweep["runs"], model)
+        for stall in (False, True):
+            rows = budget_sweep.series(sweep["runs"], model, stall)
+            if rows:
+                lines.append(f"- `{model}`{' +stall' if stall else ''}: " + budget_sweep.verdict(rows, base))
+    return lines
+
+
+def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: str,
+           sweep: Mapping[str, Any] | None = None) -> str:
     meta = data["meta"]
     runs: list[Mapping[str, Any]] = data["runs"]
     ref = (meta["ref"][0], int(meta["ref"][1]), float(meta["ref"][2]))
@@ -753,6 +779,7 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
             lines += [f"Failure rate {rate:g} per GPU per day; mean over seeds {', '.join(map(str, seeds))} "
                       "(min-max where shown).", "", *model_table(rs), ""]
     lines += ["## Per-team worker cap sweep", "", *cap_section(runs, ref), "",
+              "## Idle-actor reclaim budget", "", *budget_section(sweep, meta), "",
               "## Queue dynamics vs Helios (shape check, reported not asserted)", "", *helios_section(runs, helios), "",
               "## Plots", "",
               f"- `{prefix}_cap_sweep.png`: the worker-cap sweep above, controllable idle and Ray-task p95 wait "
@@ -959,7 +986,9 @@ def main(argv: list[str] | None = None) -> int:
         json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     plot_matrix(out / f"{name}_controllable_idle.png", data["runs"], data["meta"]["models"], data["meta"]["rates"])
     plot_cap_sweep(out / f"{name}_cap_sweep.png", data["runs"])
-    text = render(data, helios_shape(shared), name)
+    sweep_path = out / "reclaim_budget.json"
+    sweep = json.loads(sweep_path.read_text()) if sweep_path.exists() else None
+    text = render(data, helios_shape(shared), name, sweep)
     md_path.write_text(text)
     print(f"wrote {md_path}, {json_path} ({len(data['runs'])} runs)", file=sys.stderr)
     return 0

@@ -24,14 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults  # noqa: E402
+from benchmarks.sim_runs import provenance, run_pool  # noqa: E402
 from simulator.cli import default_trace, load_window  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 from simulator.metrics import CONTROLLABLE_CLASSES  # noqa: E402
@@ -98,6 +95,11 @@ def _label(run: Mapping[str, Any]) -> str:
     return name
 
 
+def baseline(runs: Sequence[Mapping[str, Any]], model: str) -> Mapping[str, Any] | None:
+    """The ray-idle run's summary under ``model``."""
+    return next((r["summary"] for r in runs if r["policy"] == BASELINE and r["model"] == model), None)
+
+
 def series(runs: Sequence[Mapping[str, Any]], model: str, stall: bool) -> list[Mapping[str, Any]]:
     return sorted((r for r in runs if r["policy"] == POLICY and r["model"] == model and r["stall_reclaim"] == stall),
                   key=lambda r: r["budget"])
@@ -121,8 +123,9 @@ def verdict(rows: Sequence[Mapping[str, Any]], base: Mapping[str, Any] | None) -
                 f"({by[cls]:,.0f} GPU-h, {_pct(share)} of its controllable idle).")
     first = met[0]
     x = _ratio(first["summary"]["idle_gpu_hours_controllable"], base["idle_gpu_hours_controllable"])
-    tail = " (the default)." if first["budget"] == DEFAULT_BUDGET else f"; the default is {DEFAULT_BUDGET}."
-    return f"the smallest budget here within {TARGET:.0%} of ray-idle's controllable idle is {first['budget']} ({_pct(x)})" + tail
+    tail = ", the default)." if first["budget"] == DEFAULT_BUDGET else f"); the default is {DEFAULT_BUDGET}."
+    return (f"the smallest budget here within {TARGET:.0%} of ray-idle's controllable idle is {first['budget']} "
+            f"({_pct(x)}" + tail)
 
 
 def table(rows: Sequence[Mapping[str, Any]], base: Mapping[str, Any] | None, hours: float) -> list[str]:
@@ -173,7 +176,7 @@ def render(data: Mapping[str, Any]) -> str:
         "",
     ]
     for model in meta["models"]:
-        base = next((r["summary"] for r in runs if r["policy"] == BASELINE and r["model"] == model), None)
+        base = baseline(runs, model)
         for stall in (False, True):
             rows = series(runs, model, stall)
             if not rows:
@@ -197,7 +200,7 @@ def plot(path: Path, data: Mapping[str, Any]) -> None:
     runs, hours = data["runs"], data["meta"]["hours"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10.0, 4.0))
     for model in data["meta"]["models"]:
-        base = next((r["summary"] for r in runs if r["policy"] == BASELINE and r["model"] == model), None)
+        base = baseline(runs, model)
         for stall in (False, True):
             rows = series(runs, model, stall)
             if not rows or base is None:
@@ -261,21 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         tasks = plan(args.models, args.budgets, [m for m in args.stall_models if m in args.models])
         packed = [(*t, args.trace, args.start, args.hours, args.seed, args.rate) for t in tasks]
-        from rich.progress import Progress
-
+        meta = provenance("reclaim_budget.py", argv)
         t0 = time.perf_counter()
-        with Progress() as bar, ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            prog = bar.add_task("reclaim budgets", total=len(packed))
-            runs = []
-            for rec in pool.map(run_one, packed):
-                runs.append(rec)
-                bar.update(prog, advance=1)
-        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip() or "unknown"
-        data = {"meta": {"generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                         "command": "python benchmarks/reclaim_budget.py " + " ".join(argv or sys.argv[1:]),
-                         "git": git, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                         "hours": args.hours, "start": args.start, "models": args.models, "seed": args.seed,
+        runs = run_pool(run_one, packed, "reclaim budgets", args.jobs)
+        data = {"meta": {**meta, "hours": args.hours, "start": args.start, "models": args.models, "seed": args.seed,
                          "rate": args.rate, "budgets": args.budgets, "cpu_s": sum(r["cpu_s"] for r in runs),
                          "wall_s": round(time.perf_counter() - t0, 1)},
                 "runs": runs}

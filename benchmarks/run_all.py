@@ -24,6 +24,10 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("NVML call latency (fake library here)", "nvml_latency.py", ("--fake", "--out", "benchmarks/results/nvml-latency-fake.md")),
     ("controller at scale", "controller_bench.py", ()),
     ("decision latency", "decision_latency.py", ()),
+    # the idle-actor reclaim budget: idle GPU-hours against actors killed, the month under each
+    # utilization model, budgets 4 (the default) to 1000, ray-idle as the yardstick (19 runs); before
+    # the policy page, which reads its verdicts (reclaim_budget.json) for the same window
+    ("idle-actor reclaim budget (simulator)", "reclaim_budget.py", ()),
     # the month under every utilization model and policy, seed 1, failure rate 0.01 (about 25 min on
     # 2 cores); the whole matrix of 3 seeds x 2 failure rates is `benchmarks/policy.py` without flags
     # (estimated 1 h 45 min on 2 cores) and writes the same page
@@ -37,9 +41,6 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "--name", "policy-seeds")),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
-    # the idle-actor reclaim budget: idle GPU-hours against actors killed, the month under each
-    # utilization model, budgets 4 (the default) to 1000, ray-idle as the yardstick (19 runs)
-    ("idle-actor reclaim budget (simulator)", "reclaim_budget.py", ()),
 )
 
 

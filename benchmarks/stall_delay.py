@@ -17,13 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
+from benchmarks.sim_runs import provenance, run_pool  # noqa: E402
 from simulator.cli import default_trace, load_window  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 
@@ -166,20 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         tasks = [(BASELINE, None)] + [(POLICY, d) for d in delays]
         packed = [(pol, d, args.trace, args.start, args.hours, args.model, args.seed, args.rate) for pol, d in tasks]
-        from rich.progress import Progress
-
-        with Progress() as bar, ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            prog = bar.add_task("stall delays", total=len(packed))
-            runs = []
-            for rec in pool.map(run_one, packed):
-                runs.append(rec)
-                bar.update(prog, advance=1)
-        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip() or "unknown"
-        data = {"meta": {"generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                         "command": "python benchmarks/stall_delay.py " + " ".join(argv or sys.argv[1:]),
-                         "git": git, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                         "hours": args.hours, "start": args.start, "model": args.model, "seed": args.seed,
+        meta = provenance("stall_delay.py", argv)
+        runs = run_pool(run_one, packed, "stall delays", args.jobs)
+        data = {"meta": {**meta, "hours": args.hours, "start": args.start, "model": args.model, "seed": args.seed,
                          "rate": args.rate, "cpu_s": sum(r["cpu_s"] for r in runs)},
                 "runs": runs}
         json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -3,20 +3,12 @@ its boundary and missed just past it, and the page says so."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "policy.py"
-_spec = importlib.util.spec_from_file_location("policy_bench", _PATH)
-assert _spec and _spec.loader
-policy = importlib.util.module_from_spec(_spec)
-sys.modules["policy_bench"] = policy
-_spec.loader.exec_module(policy)
+from benchmarks import policy
 
 RAY = {
     "idle_gpu_hours_controllable": 1000.0, "idle_gpu_hours": 2000.0, "allocated_gpu_hours": 50000.0,
@@ -159,3 +151,25 @@ def test_cap_sweep_plot_is_drawn_only_with_a_sweep(tmp_path) -> None:
     swept = base + [dict(r, cap=c) for r in base for c in (1.0, 4.0)]
     assert policy.plot_cap_sweep(tmp_path / "sweep.png", swept) is True
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _sweep(start: str = "2017-10-03", hours: float = 720.0, seed: int = 1, rate: float = 0.01) -> dict[str, Any]:
+    def s(ctrl: float) -> dict[str, Any]:
+        return {**RAY, "idle_gpu_hours_controllable": ctrl, "actors_killed": 10}
+
+    runs = [{"policy": "ray-idle", "model": "scattered", "budget": None, "stall_reclaim": False, "clusters": 5,
+             "summary": s(1000.0)}]
+    runs += [{"policy": "queuepilot-reclaim", "model": "scattered", "budget": b, "stall_reclaim": False,
+              "clusters": 5, "summary": s(c)} for b, c in ((4, 700.0), (64, 350.0))]
+    return {"meta": {"start": start, "hours": hours, "seed": seed, "rate": rate, "models": ["scattered"],
+                     "budgets": [4, 64], "git": "abc"}, "runs": runs}
+
+
+def test_the_budget_section_quotes_the_sweep_only_on_the_same_window() -> None:
+    meta = {"start": "2017-10-03", "hours": 720.0, "ref": ["grounded", 1, 0.01]}
+    text = "\n".join(policy.budget_section(_sweep(), meta))
+    assert "- `scattered`: the smallest budget here within 40% of ray-idle's controllable idle is 64 (35%)" in text
+    assert "git abc" in text
+    other = "\n".join(policy.budget_section(_sweep(seed=2), meta))
+    assert "ran on another window" in other and "smallest budget" not in other
+    assert "No reclaim budget sweep" in policy.budget_section(None, meta)[0]

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("stall_delay_bench", ROOT / "benchmarks" / "stall_delay.py")
-assert _spec is not None and _spec.loader is not None
-page = importlib.util.module_from_spec(_spec)
-sys.modules["stall_delay_bench"] = page
-_spec.loader.exec_module(page)
+from benchmarks import stall_delay as page
 
 
 def _summary(ctrl: float, killed: float, delivered: float = 10_000.0) -> dict[str, Any]:

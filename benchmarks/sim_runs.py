@@ -1,0 +1,39 @@
+"""What the knob-sweep benchmarks (``stall_delay.py``, ``reclaim_budget.py``) share: their simulator runs
+in a process pool behind a progress bar, and the provenance their pages print (when, by which command,
+at which commit, on what machine), read before the runs so that a commit made meanwhile is not named."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+def provenance(script: str, argv: Sequence[str] | None) -> dict[str, str]:
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True).stdout.strip() or "unknown"
+    return {"generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv),
+            "git": git, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+
+
+def run_pool(fn: Callable[[T], dict[str, Any]], packed: Sequence[T], label: str, jobs: int) -> list[dict[str, Any]]:
+    """``fn`` over ``packed`` in ``jobs`` processes, results in ``packed``'s order."""
+    from rich.progress import Progress
+
+    runs: list[dict[str, Any]] = []
+    with Progress() as bar, ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        prog = bar.add_task(label, total=len(packed))
+        for rec in pool.map(fn, packed):
+            runs.append(rec)
+            bar.update(prog, advance=1)
+    return runs
