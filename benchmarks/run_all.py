@@ -41,6 +41,10 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "--name", "policy-seeds")),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
+    # the same under the serving model, longer delays: whether any delay keeps killed work within 1 %
+    # where GPUs sit idle between requests (5 runs)
+    ("stall deactivation delay, serving (simulator)", "stall_delay.py",
+     ("--model", "serving", "--delays", "2h,4h,8h,12h", "--name", "stall_delay-serving")),
 )
 
 

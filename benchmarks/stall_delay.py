@@ -58,7 +58,7 @@ def _dur(s: float) -> str:
     return f"{s / 3600:g} h" if s >= 3600 else f"{s / 60:g} min"
 
 
-def render(data: dict[str, Any]) -> str:
+def render(data: dict[str, Any], name: str = "stall_delay") -> str:
     meta, runs = data["meta"], data["runs"]
     base = next((r["summary"] for r in runs if r["delay_s"] is None), None)
     rows = sorted((r for r in runs if r["delay_s"] is not None), key=lambda r: r["delay_s"])
@@ -109,7 +109,7 @@ def render(data: dict[str, Any]) -> str:
         "*inside* their run and would have gone on. Killing a job is irreversible; on this run " + verdict
         + " A platform whose jobs checkpoint can choose a shorter delay.",
         "",
-        "`stall_delay.png`: killed work against controllable idle, one point per delay.",
+        f"`{name}.png`: killed work against controllable idle, one point per delay.",
         "",
     ]
     return "\n".join(lines)
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 "runs": runs}
         json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     plot(out / f"{args.name}.png", data)
-    (out / f"{args.name}.md").write_text(render(data))
+    (out / f"{args.name}.md").write_text(render(data, args.name))
     print(f"wrote {out / (args.name + '.md')}", file=sys.stderr)
     return 0
 

@@ -25,6 +25,8 @@ def test_the_verdict_names_the_shortest_delay_within_one_percent(tmp_path) -> No
     text = page.render(data)
     assert "within 1 % of delivered GPU-hours is 1 h; the default is 2 h." in text
     assert "| 30 min | 500 | 12% |" in text and "| 2 h (default) | 1,200 | 30% |" in text
+    assert "`stall_delay.png`: killed work" in text
+    assert "`stall_delay-serving.png`: killed work" in page.render(data, "stall_delay-serving")
     page.plot(tmp_path / "p.png", data)
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
