@@ -37,6 +37,13 @@ def converged(fake_api, controller) -> bool:
     return all(store_versions(fake_api, name) == controller.caches[name]._rvs for name in KINDS)
 
 
+def watching(controller) -> bool:
+    """Every cache has its watch stream open: a drop now cuts a stream (and counts a restart). A cache
+    matches the store once its relist is done, before its next watch is open, so converged() alone
+    does not say a drop will find a stream to cut."""
+    return all(controller.caches[name].connected for name in KINDS)
+
+
 def restarts(controller, resource: str) -> float:
     return controller.counters.watch_restarts.labels(resource=resource)._value.get()
 
@@ -50,7 +57,7 @@ async def test_caches_converge_under_faults(fake_api):
         for cache in c.caches.values():  # keep retries quick in the test
             cache._backoff = Backoff(base=0.05, cap=0.5)
         await eventually(lambda: c.synced)
-        await eventually(lambda: converged(fake_api, c))
+        await eventually(lambda: converged(fake_api, c) and watching(c))
 
         # 1. dropped watches (connection aborted): resume from the last resourceVersion
         fake_api.drop_watches()
@@ -72,6 +79,7 @@ async def test_caches_converge_under_faults(fake_api):
         assert "team-a/wl-1" not in c.caches["workloads"].items and "n2" not in c.caches["nodes"].items
 
         # 3. throttled (429 + Retry-After) and 4. server errors (500) on the reconnects
+        await eventually(lambda: watching(c))
         before = restarts(c, "workloads")
         # verb="watch": the controller also writes Workloads; a 429 on its PATCH is not a watch restart
         fake_api.fail_next(2, status=429, retry_after=1, path_contains="/workloads", verb="watch")
@@ -79,6 +87,7 @@ async def test_caches_converge_under_faults(fake_api):
         fake_api.create(o.workload("wl-12"))
         await eventually(lambda: converged(fake_api, c), timeout=15)
         assert restarts(c, "workloads") >= before + 3  # the drop and both 429s
+        await eventually(lambda: watching(c))
         before = restarts(c, "nodes")
         fake_api.fail_next(3, status=500, path_contains="/nodes", verb="watch")
         fake_api.drop_watches()

@@ -713,11 +713,11 @@ class FakeApiServer:
         watcher = self.store.watch(rt, route.namespace, matcher, q.get("resourceVersion"))
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
-        await resp.prepare(request)
         ow = _OpenWatch(request, watcher)
-        self._watches.add(ow)
+        self._watches.add(ow)  # open from here: drop_watches() ends it even before the headers are out
         deadline = time.monotonic() + timeout if timeout else None
         try:
+            await resp.prepare(request)
             while True:
                 wait = self.bookmark_interval if bookmarks else None
                 if deadline is not None:
