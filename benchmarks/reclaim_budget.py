@@ -132,8 +132,9 @@ def table(rows: Sequence[Mapping[str, Any]], base: Mapping[str, Any] | None, hou
     b = base or {}
     out = [
         "| budget / RayCluster-hour | controllable idle GPU-h | vs ray-idle | total idle vs ray-idle | idle_actor GPU-h "
-        "| stalled GPU-h | Ray-task p95 / p99 wait vs ray-idle | actors killed | per RayCluster-hour | killed work / delivered |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| stalled GPU-h | Ray-task p95 / p99 wait vs ray-idle | actors killed | per RayCluster-hour | most in one "
+        "RayCluster-hour | killed work / delivered |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         s = r["summary"]
@@ -145,11 +146,13 @@ def table(rows: Sequence[Mapping[str, Any]], base: Mapping[str, Any] | None, hou
             f"{_pct(_ratio(s['idle_gpu_hours'], b.get('idle_gpu_hours')))} | "
             f"{s['idle_gpu_hours_by_class']['idle_actor']:,.0f} | {s['idle_gpu_hours_by_class']['stalled']:,.0f} | "
             f"{p95} / {p99} | {s.get('actors_killed', 0):,} | {actors_per_cluster_hour(r, hours):.2f} | "
+            f"{s.get('actors_killed_peak_hour', 'n/a')} | "
             f"{_pct(_ratio(s['killed_gpu_hours'], s.get('delivered_gpu_hours')), 2)} |")
     if base is not None:
         out.append(f"| ray-idle | {base['idle_gpu_hours_controllable']:,.0f} | 100% | 100% | "
                    f"{base['idle_gpu_hours_by_class']['idle_actor']:,.0f} | "
-                   f"{base['idle_gpu_hours_by_class']['stalled']:,.0f} | | {base.get('actors_killed', 0):,} | | |")
+                   f"{base['idle_gpu_hours_by_class']['stalled']:,.0f} | | {base.get('actors_killed', 0):,} | | "
+                   f"{base.get('actors_killed_peak_hour', 'n/a')} | |")
     return out
 
 
@@ -171,7 +174,9 @@ def render(data: Mapping[str, Any]) -> str:
         "(`queuepilot simulate --policies queuepilot-reclaim --reclaim-budget N`), against `ray-idle` on "
         f"the same run. The controller's default budget is {DEFAULT_BUDGET}; {MAX_RECLAIM_BUDGET} is the most it "
         "takes (in effect no budget). *Actors killed*: workers deleted while an idle actor held them; "
-        "the simulator loses no work with them (the actor was idle), a real actor loses its warm state. "
+        "the simulator loses no work with them (the actor was idle), a real actor loses its warm state; "
+        "*per RayCluster-hour* is the mean over the run and the five team RayClusters, *most in one "
+        "RayCluster-hour* the busiest clock hour of the busiest RayCluster (the budget bounds it). "
         f"The target of the policy page: controllable idle <= {TARGET:.0%} of ray-idle's.",
         "",
     ]

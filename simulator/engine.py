@@ -594,7 +594,7 @@ class Engine:
             if iv is not None and iv[1] > self.now:
                 iv[1] = self.now
         elif wk.task is not None:  # in its idle tail: the actor that held it goes (its warm state, no work)
-            self.metrics.actors_killed += 1
+            self.metrics.record_actor_killed(rc.name, self.now)
         self._l_drop(f"{rc.namespace}/{name}")
         self._pod_util.pop(f"{rc.namespace}/{name}", None)
         self.cluster.release(f"{rc.namespace}/{name}")

@@ -56,6 +56,7 @@ class RunMetrics:
     jobs_submitted: int = 0
     tasks_killed: int = 0
     actors_killed: int = 0  # workers deleted in their idle tail: the idle actor on it went (no work lost)
+    actors_killed_by_hour: dict[tuple[str, int], int] = field(default_factory=dict)  # (RayCluster, clock hour) -> n
     retries: int = 0
     rejected: int = 0
     deactivated: int = 0  # running workloads deactivated (the stall reclaim)
@@ -94,6 +95,11 @@ class RunMetrics:
                     self.idle_class_gpu_s[k] += n * dt
         self.unavoidable_gpu_s += unavoidable * dt
 
+    def record_actor_killed(self, cluster: str, now: float) -> None:
+        self.actors_killed += 1
+        key = (cluster, int(now // 3600))
+        self.actors_killed_by_hour[key] = self.actors_killed_by_hour.get(key, 0) + 1
+
     def record_killed(self, gpu_seconds: float) -> None:
         self.killed_gpu_s += max(0.0, gpu_seconds)
 
@@ -126,6 +132,8 @@ class RunMetrics:
             "down_after_up_5m": self.down_after_up_5m,
             "tasks_killed": self.tasks_killed,
             "actors_killed": self.actors_killed,
+            # the most actors killed in one RayCluster in one clock hour of the run (a budget per hour bounds it)
+            "actors_killed_peak_hour": max(self.actors_killed_by_hour.values(), default=0),
             "admission_retries": self.retries,
             "admission_rejected": self.rejected,
             "gpu_failures": self.gpu_failures,

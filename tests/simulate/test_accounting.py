@@ -115,6 +115,9 @@ def test_the_reclaim_budget_reaches_the_controller_and_bounds_the_actors_killed(
         runs[budget] = m
     assert runs[0].actors_killed == 0
     assert runs[None].actors_killed > 0
+    # any clock hour lies in one rolling hour: the budget bounds the actors killed in it
+    assert 0 < runs[None].summary()["actors_killed_peak_hour"] <= 4
+    assert runs[1000].summary()["actors_killed_peak_hour"] > 4  # unbounded, they go as soon as they idle
     # a larger budget reclaims the idle actors sooner: less idle-actor time, a shorter wait
     assert runs[1000].idle_class_gpu_s["idle_actor"] < runs[None].idle_class_gpu_s["idle_actor"] \
         < runs[0].idle_class_gpu_s["idle_actor"]

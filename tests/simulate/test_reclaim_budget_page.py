@@ -12,7 +12,7 @@ from benchmarks import reclaim_budget as page
 def _summary(ctrl: float, idle_actor: float, actors: int, p95: float = 1000.0) -> dict[str, Any]:
     rest = ctrl - idle_actor
     return {"idle_gpu_hours_controllable": ctrl, "idle_gpu_hours": ctrl + 1000.0, "killed_gpu_hours": 0.0,
-            "delivered_gpu_hours": 10_000.0, "actors_killed": actors,
+            "delivered_gpu_hours": 10_000.0, "actors_killed": actors, "actors_killed_peak_hour": actors // 50,
             "idle_gpu_hours_by_class": {"empty": rest / 2, "starting": rest / 2, "idle_actor": idle_actor,
                                         "stalled": 0.0, "in_job": 1000.0},
             "wait_p95_s_by_class": {"ray_task": p95, "workload": 1.0},
@@ -34,7 +34,7 @@ def test_the_verdict_names_the_smallest_budget_within_the_target(tmp_path) -> No
     text = page.render(data)
     assert "within 40% of ray-idle's controllable idle is 64 (38%); the default is 4." in text
     # 900 actors over 100 h and 5 RayClusters: 1.8 per RayCluster-hour; p95 800 s against 1000 s
-    assert "| 64 | 1,500 | 38% |" in text and "| -20 % / -20 % | 900 | 1.80 |" in text
+    assert "| 64 | 1,500 | 38% |" in text and "| -20 % / -20 % | 900 | 1.80 | 18 |" in text
     page.plot(tmp_path / "p.png", data)
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
