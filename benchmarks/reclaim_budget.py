@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -35,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults  # noqa: E402
-from benchmarks.sim_runs import provenance, run_pool  # noqa: E402
-from simulator.cli import default_trace, load_window  # noqa: E402
+from benchmarks.sim_runs import provenance, run_pool, window_parser  # noqa: E402
+from simulator.cli import load_window  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 from simulator.metrics import CONTROLLABLE_CLASSES  # noqa: E402
 
@@ -246,20 +245,11 @@ def _names(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hours", type=float, default=720.0)
-    p.add_argument("--start", default="2017-10-03")
+    p = window_parser(__doc__, "reclaim_budget")
     p.add_argument("--models", type=_names, default=list(MODELS))
     p.add_argument("--stall-models", type=_names, default=["grounded"],
                    help="models whose budgets also run with stall reclaim on (the policy page's configuration there)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--rate", type=float, default=0.01)
     p.add_argument("--budgets", type=_ints, default=list(DEFAULT_BUDGETS), help="comma-separated, 0-1000")
-    p.add_argument("--trace", default=str(default_trace()))
-    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-    p.add_argument("--name", default="reclaim_budget")
-    p.add_argument("--render-only", action="store_true")
     args = p.parse_args(argv)
     out = Path(args.out)
     json_path = out / f"{args.name}.json"

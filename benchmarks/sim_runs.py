@@ -4,6 +4,7 @@ at which commit, on what machine), read before the runs so that a commit made me
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import subprocess
@@ -16,6 +17,24 @@ from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+
+
+def window_parser(doc: str | None, name: str) -> argparse.ArgumentParser:
+    """The flags every knob sweep has: the trace window, seed and failure rate, processes, where its page
+    goes (``--out``/``--name``, default ``name``) and ``--render-only``; the sweep adds its own knob."""
+    from simulator.cli import default_trace
+
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hours", type=float, default=720.0)
+    p.add_argument("--start", default="2017-10-03")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rate", type=float, default=0.01)
+    p.add_argument("--trace", default=str(default_trace()))
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--name", default=name)
+    p.add_argument("--render-only", action="store_true")
+    return p
 
 
 def provenance(script: str, argv: Sequence[str] | None) -> dict[str, str]:

@@ -14,9 +14,7 @@ stall inside the run); the page shows both, so that the controller's default (2 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import replace
@@ -28,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
-from benchmarks.sim_runs import provenance, run_pool  # noqa: E402
-from simulator.cli import default_trace, load_window  # noqa: E402
+from benchmarks.sim_runs import provenance, run_pool, window_parser  # noqa: E402
+from simulator.cli import load_window  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 
 BASELINE = "ray-idle"
@@ -138,18 +136,9 @@ def plot(path: Path, data: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hours", type=float, default=720.0)
-    p.add_argument("--start", default="2017-10-03")
+    p = window_parser(__doc__, "stall_delay")
     p.add_argument("--model", default="grounded")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--rate", type=float, default=0.01)
     p.add_argument("--delays", default=",".join(DEFAULT_DELAYS), help="comma-separated durations")
-    p.add_argument("--trace", default=str(default_trace()))
-    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-    p.add_argument("--name", default="stall_delay")
-    p.add_argument("--render-only", action="store_true")
     args = p.parse_args(argv)
     out = Path(args.out)
     json_path = out / f"{args.name}.json"
