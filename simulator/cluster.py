@@ -51,7 +51,7 @@ class SimCluster:
         self.pod_gpus: dict[str, list[tuple[SimNode, int]]] = {}
         self._free: dict[str, int] = {n.name: n.gpus for n in self.nodes}
         self._allocated = 0  # GPUs owned by a pod (== sum of len(pod_gpus values))
-        self.version = 0  # bumped on every change to any node (the snapshot builder caches the node map by it)
+        self.version = 0  # bumped on every change to any node (simulator/fleet.py caches by it; SnapshotBuilder uses watchers)
         # each snapshot builder's set of nodes changed since it last built its node map (it empties its own)
         self.watchers: weakref.WeakKeyDictionary[object, set[str]] = weakref.WeakKeyDictionary()
 
