@@ -24,6 +24,9 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("NVML call latency (fake library here)", "nvml_latency.py", ("--fake", "--out", "benchmarks/results/nvml-latency-fake.md")),
     ("controller at scale", "controller_bench.py", ()),
     ("decision latency", "decision_latency.py", ()),
+    # where a simulated week's time goes, part by part, and how often a pass's inputs are unchanged (the
+    # most an exact skip of unchanged work could save): 3 policies, about 1 min on 2 cores
+    ("simulator pass profile", "pass_profile.py", ()),
     # the idle-actor reclaim budget: idle GPU-hours against actors killed, the month under each
     # utilization model, budgets 4 (the default) to 1000, ray-idle as the yardstick (19 runs); before
     # the policy page, which reads its verdicts (reclaim_budget.json) for the same window
