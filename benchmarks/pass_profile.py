@@ -19,7 +19,6 @@ timed call; the run's numbers are the same as without them (tested).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.snapshot import ClusterSnapshot  # noqa: E402
-from benchmarks.sim_runs import provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 
@@ -256,19 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", type=_labels, default=list(DEFAULT_RUNS),
                    help="comma-separated policies, '+stall' for stall reclaim on")
     args = p.parse_args(argv)
-    out = Path(args.out)
-    json_path = out / f"{args.name}.json"
-    if args.render_only:
-        data = json.loads(json_path.read_text())
-    else:
-        out.mkdir(parents=True, exist_ok=True)
+
+    def run() -> dict[str, Any]:
         meta = provenance("pass_profile.py", argv)
         packed = [(label, args.trace, args.start, args.hours, args.model, args.seed, args.rate)
                   for label in args.policies]
         runs = run_pool(run_one, packed, "profiled runs", args.jobs)
-        data = {"meta": {**meta, "hours": args.hours, "start": args.start, "model": args.model, "seed": args.seed,
+        return {"meta": {**meta, "hours": args.hours, "start": args.start, "model": args.model, "seed": args.seed,
                          "rate": args.rate}, "runs": runs}
-        json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+    out, data = page_data(args, run)
     (out / f"{args.name}.md").write_text(render(data))
     print(f"wrote {out / (args.name + '.md')}", file=sys.stderr)
     return 0

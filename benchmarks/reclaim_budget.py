@@ -22,7 +22,6 @@ Numbers are reported, never asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults  # noqa: E402
-from benchmarks.sim_runs import provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 from simulator.metrics import CONTROLLABLE_CLASSES  # noqa: E402
@@ -251,22 +250,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="models whose budgets also run with stall reclaim on (the policy page's configuration there)")
     p.add_argument("--budgets", type=_ints, default=list(DEFAULT_BUDGETS), help="comma-separated, 0-1000")
     args = p.parse_args(argv)
-    out = Path(args.out)
-    json_path = out / f"{args.name}.json"
-    if args.render_only:
-        data = json.loads(json_path.read_text())
-    else:
-        out.mkdir(parents=True, exist_ok=True)
+
+    def run() -> dict[str, Any]:
         tasks = plan(args.models, args.budgets, [m for m in args.stall_models if m in args.models])
         packed = [(*t, args.trace, args.start, args.hours, args.seed, args.rate) for t in tasks]
         meta = provenance("reclaim_budget.py", argv)
         t0 = time.perf_counter()
         runs = run_pool(run_one, packed, "reclaim budgets", args.jobs)
-        data = {"meta": {**meta, "hours": args.hours, "start": args.start, "models": args.models, "seed": args.seed,
+        return {"meta": {**meta, "hours": args.hours, "start": args.start, "models": args.models, "seed": args.seed,
                          "rate": args.rate, "budgets": args.budgets, "cpu_s": sum(r["cpu_s"] for r in runs),
                          "wall_s": round(time.perf_counter() - t0, 1)},
                 "runs": runs}
-        json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+    out, data = page_data(args, run)
     plot(out / f"{args.name}.png", data)
     (out / f"{args.name}.md").write_text(render(data))
     print(f"wrote {out / (args.name + '.md')}", file=sys.stderr)

@@ -5,6 +5,7 @@ at which commit, on what machine), read before the runs so that a commit made me
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -56,3 +57,16 @@ def run_pool(fn: Callable[[T], dict[str, Any]], packed: Sequence[T], label: str,
             runs.append(rec)
             bar.update(prog, advance=1)
     return runs
+
+
+def page_data(args: argparse.Namespace, run: Callable[[], dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
+    """The data behind a sweep's page and the folder it goes to: ``NAME.json`` as written before
+    (``--render-only``), else ``run()``'s, written there first (the folder made)."""
+    out = Path(args.out)
+    json_path = out / f"{args.name}.json"
+    if args.render_only:
+        return out, json.loads(json_path.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    data = run()
+    json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return out, data

@@ -14,7 +14,6 @@ stall inside the run); the page shows both, so that the controller's default (2 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import replace
@@ -26,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
-from benchmarks.sim_runs import provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 
@@ -140,24 +139,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="grounded")
     p.add_argument("--delays", default=",".join(DEFAULT_DELAYS), help="comma-separated durations")
     args = p.parse_args(argv)
-    out = Path(args.out)
-    json_path = out / f"{args.name}.json"
-    if args.render_only:
-        data = json.loads(json_path.read_text())
-    else:
+    delays: list[float] = []
+    if not args.render_only:
         try:
             delays = [parse_duration(d) for d in args.delays.split(",") if d.strip()]
         except ValueError as e:
             p.error(f"--delays: {e}")
-        out.mkdir(parents=True, exist_ok=True)
+
+    def run() -> dict[str, Any]:
         tasks = [(BASELINE, None)] + [(POLICY, d) for d in delays]
         packed = [(pol, d, args.trace, args.start, args.hours, args.model, args.seed, args.rate) for pol, d in tasks]
         meta = provenance("stall_delay.py", argv)
         runs = run_pool(run_one, packed, "stall delays", args.jobs)
-        data = {"meta": {**meta, "hours": args.hours, "start": args.start, "model": args.model, "seed": args.seed,
+        return {"meta": {**meta, "hours": args.hours, "start": args.start, "model": args.model, "seed": args.seed,
                          "rate": args.rate, "cpu_s": sum(r["cpu_s"] for r in runs)},
                 "runs": runs}
-        json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+    out, data = page_data(args, run)
     plot(out / f"{args.name}.png", data)
     (out / f"{args.name}.md").write_text(render(data, args.name))
     print(f"wrote {out / (args.name + '.md')}", file=sys.stderr)
