@@ -42,6 +42,13 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("--models", "grounded", "--seeds", "1,2,3", "--rates", "0.01,0.05", "--policies",
       "queuepilot,queuepilot-reclaim,ray-idle", "--stall-models", "grounded", "--caps", "2",
       "--name", "policy-seeds")),
+    # the same across seeds and failure rates for the other two models: scattered and serving, seeds 1-3 x
+    # rates 0.01/0.05, queuepilot (plain, idle-actor reclaim; under serving each also with stall reclaim)
+    # against ray-idle (48 runs)
+    ("policy across seeds and failure rates, scattered and serving (simulator)", "policy.py",
+     ("--models", "scattered,serving", "--seeds", "1,2,3", "--rates", "0.01,0.05", "--policies",
+      "queuepilot,queuepilot-reclaim,ray-idle", "--stall-models", "serving", "--caps", "2",
+      "--name", "policy-seeds-scattered-serving")),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
     # the same under the serving model, longer delays: whether any delay keeps killed work within 1 %
