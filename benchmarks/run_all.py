@@ -44,7 +44,7 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "--name", "policy-seeds")),
     # the same across seeds and failure rates for the other two models: scattered and serving, seeds 1-3 x
     # rates 0.01/0.05, queuepilot (plain, idle-actor reclaim; under serving each also with stall reclaim)
-    # against ray-idle (48 runs)
+    # against ray-idle (48 runs, 81 min wall on 2 cores, 2026-12-02)
     ("policy across seeds and failure rates, scattered and serving (simulator)", "policy.py",
      ("--models", "scattered,serving", "--seeds", "1,2,3", "--rates", "0.01,0.05", "--policies",
       "queuepilot,queuepilot-reclaim,ray-idle", "--stall-models", "serving", "--caps", "2",
