@@ -19,6 +19,7 @@ timed call; the run's numbers are the same as without them (tested).
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections import Counter
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from autoscaler.core.snapshot import ClusterSnapshot  # noqa: E402
 from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
-from simulator.engine import Engine, SimConfig  # noqa: E402
+from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
 
 # (policy, stall reclaim): queuepilot as deployed to cut waste, Ray's own autoscaler, and the floor (static)
 DEFAULT_RUNS = ("queuepilot-reclaim+stall", "ray-idle", "static")
@@ -162,9 +163,7 @@ def bounds(run: Mapping[str, Any]) -> dict[str, float]:
     groups = max(1, r.get("groups", 0))
     tick = float(s.get("tick", 0.0))
     scaling = float(s.get("reconciler: ScalingReconciler", 0.0))
-    return {"passes_unchanged": r.get("all unchanged", 0) / snaps,
-            "groups_unchanged": r.get("groups unchanged", 0) / groups,
-            "skip_passes_saves": (r.get("all unchanged", 0) / snaps) * tick / total if total else 0.0,
+    return {"skip_passes_saves": (r.get("all unchanged", 0) / snaps) * tick / total if total else 0.0,
             "skip_groups_saves": (r.get("groups unchanged", 0) / groups) * scaling / total if total else 0.0}
 
 
@@ -176,10 +175,10 @@ def render(data: Mapping[str, Any]) -> str:
         f"Generated {meta['generated']} by `{meta['command']}`, git {meta['git']}. Machine: {meta['machine']}.",
         "",
         f"Philly trace, {meta['hours']:g} h from {meta['start']}; utilization model `{meta['model']}`, seed "
-        f"{meta['seed']}, GPU failure rate {meta['rate']:g} per GPU per day; one process per run (two at a time). "
+        f"{meta['seed']}, GPU failure rate {meta['rate']:g} per GPU per day; one process per run. "
         "Each part is timed with `time.perf_counter` around it (inclusive: the snapshot build and the "
         "admission reconciler are timed where they run, at ticks and in Kueue passes). The control "
-        "interval is the controller's resync, 30 s: 20,160 ticks a week.",
+        f"interval is the controller's resync, 30 s: {meta['hours'] * 120:,.0f} ticks over the window.",
         "",
     ]
     for run in data["runs"]:
@@ -237,10 +236,6 @@ def reading(runs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _labels(text: str) -> list[str]:
-    import argparse
-
-    from simulator.engine import POLICIES
-
     out = [s.strip() for s in text.split(",") if s.strip()]
     bad = [s for s in out if s.removesuffix("+stall") not in POLICIES]
     if not out or bad:
