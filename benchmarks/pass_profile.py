@@ -35,6 +35,7 @@ from autoscaler.core.snapshot import ClusterSnapshot  # noqa: E402
 from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
 from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
+from simulator.snapshot import RayClusterMap  # noqa: E402
 
 # (policy, stall reclaim): queuepilot as deployed to cut waste, Ray's own autoscaler, and the floor (static)
 DEFAULT_RUNS = ("queuepilot-reclaim+stall", "ray-idle", "static")
@@ -52,6 +53,7 @@ class PassProfile:
         self.calls: Counter[str] = Counter()
         self.reuse: Counter[str] = Counter()
         self._last: ClusterSnapshot | None = None
+        self._before: ClusterSnapshot | None = None
 
     def _timed(self, key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*a: Any, **kw: Any) -> Any:
@@ -95,28 +97,49 @@ class PassProfile:
             eng.policy.baseline.decide = self._timed("baseline scaler", eng.policy.baseline.decide)  # type: ignore[method-assign]
 
     def _compare(self, snap: ClusterSnapshot) -> None:
-        """Count which of this snapshot's parts are the very objects of the previous one's."""
-        last, self._last = self._last, snap
-        if last is None:
-            return
+        """Count which parts of the previous snapshot are the very objects of the one before it: a pass
+        later, so that the previous pass's reconcilers have read (and so built) its RayClusters if they
+        read them at all (``RayClusterMap``; a pass that read none is counted apart)."""
+        prev, older = self._last, self._before
+        if prev is not None and older is not None:
+            self._pair(older, prev)
+        self._before, self._last = prev, snap
+
+    def finish(self) -> None:
+        """Compare the run's last snapshot with the one before it (after the run)."""
+        if self._last is not None and self._before is not None:
+            self._pair(self._before, self._last)
+        self._before = self._last = None
+
+    def _pair(self, last: ClusterSnapshot, snap: ClusterSnapshot) -> None:
         r = self.reuse
         r["snapshots"] += 1
         nodes = snap.nodes is last.nodes
         wls = len(snap.workloads) == len(last.workloads) and all(
             last.workloads.get(k) is v for k, v in snap.workloads.items())
         cqs = snap.cluster_queues is last.cluster_queues
+        read = _read(snap.ray_clusters)
+        r["ray clusters read"] += read
         groups_same = 0
-        for k, rc in snap.ray_clusters.items():
-            old = last.ray_clusters.get(k)
-            same = old is not None and len(old.groups) == len(rc.groups) and old.demand is rc.demand and all(
-                a is b for a, b in zip(old.groups, rc.groups, strict=True))
-            r["groups"] += 1
-            groups_same += same
+        if read and _read(last.ray_clusters):
+            for k, rc in snap.ray_clusters.items():
+                old = last.ray_clusters.get(k)
+                same = old is not None and len(old.groups) == len(rc.groups) and old.demand is rc.demand and all(
+                    a is b for a, b in zip(old.groups, rc.groups, strict=True))
+                r["groups"] += 1
+                groups_same += same
         r["groups unchanged"] += groups_same
         r["nodes unchanged"] += nodes
         r["workloads unchanged"] += wls
         r["cluster queues unchanged"] += cqs
-        r["all unchanged"] += nodes and wls and cqs and groups_same == len(snap.ray_clusters)
+        # a pass that read no RayCluster did not depend on them
+        r["all unchanged"] += nodes and wls and cqs and (not read or groups_same == len(snap.ray_clusters))
+
+
+def _read(rays: Mapping[str, Any]) -> bool:
+    """Whether a snapshot's RayClusters were built: always for an eager map; for a pass's
+    ``RayClusterMap``, when a reconciler read them."""
+    return not isinstance(rays, RayClusterMap) or rays.built
 
 
 def run_one(args: tuple[str, str, str, float, str, int, float]) -> dict[str, Any]:
@@ -131,6 +154,7 @@ def run_one(args: tuple[str, str, str, float, str, int, float]) -> dict[str, Any
     t0, c0 = time.perf_counter(), time.process_time()
     eng.run()
     wall = time.perf_counter() - t0
+    prof.finish()
     return {"label": label, "wall_s": round(wall, 2), "cpu_s": round(time.process_time() - c0, 2),
             "seconds": {k: round(v, 3) for k, v in prof.seconds.items()}, "calls": dict(prof.calls),
             "reuse": dict(prof.reuse), "summary": eng.metrics.summary()}
@@ -200,8 +224,11 @@ def render(data: Mapping[str, Any]) -> str:
                   f"| its Workloads | {_share(r.get('workloads unchanged', 0), snaps)} |",
                   f"| its nodes (GPU health and utilization) | {_share(r.get('nodes unchanged', 0), snaps)} |",
                   f"| its ClusterQueues (usage) | {_share(r.get('cluster queues unchanged', 0), snaps)} |",
-                  f"| a RayCluster's worker group and Ray's demand (per RayCluster and pass) | "
-                  f"{_share(r.get('groups unchanged', 0), max(1, r.get('groups', 0)))} |",
+                  f"| a RayCluster's worker group and Ray's demand (per RayCluster and pass that read "
+                  f"them) | {_share(r.get('groups unchanged', 0), max(1, r.get('groups', 0)))} |",
+                  "",
+                  f"The RayClusters were read (and so built) in {_share(r.get('ray clusters read', 0), snaps)} of "
+                  "the passes; a pass that reads none builds none (`RayClusterMap`).",
                   "",
                   f"At most, skipping every tick whose snapshot is unchanged would save "
                   f"{100 * b['skip_passes_saves']:.1f} % of this run, and skipping every scaling decision whose "

@@ -275,6 +275,9 @@ class Engine:
             elif isinstance(r, RecommendationReconciler):
                 self.recommend = r
             self.reconcilers.append(r)
+        # a tick's snapshot builds its RayClusters at their first read where no reconciler reads them every
+        # pass (the scaling and stall reconcilers do): under a baseline only the right-sizing feed does
+        self._lazy_rays = self.scaling is None and self.stall is None
         # accounting (docs/simulation.md, "Accounting"): RayJobs' idle class kept per workload and
         # summed incrementally (recomputed at its profile's next change point), busy intervals per team
         # ledger: what each GPU holder (a Ray worker pod, a running RayJob) contributes to a sample now:
@@ -336,11 +339,14 @@ class Engine:
         self._views[w.name] = (key, view)
         return view
 
-    def snapshot(self, now: float) -> ClusterSnapshot:
+    def snapshot(self, now: float, *, pass_only: bool = False) -> ClusterSnapshot:
         """The cluster as the controller sees it at ``now``, the GPU signal included (each GPU's
-        utilization by the pod it is attributed to, as the exporter reports it)."""
+        utilization by the pod it is attributed to, as the exporter reports it).  ``pass_only``: for
+        a control pass that reads it at once, its RayClusters built at their first read
+        (``RayClusterMap``; a snapshot kept while the world moves must not be one)."""
         self._ledger_refresh(now)  # workers whose task's utilization moved are observed anew
-        return self.snapshots.build(now, self.workloads.values(), self.rays.values(), self.checks_active)
+        return self.snapshots.build(now, self.workloads.values(), self.rays.values(), self.checks_active,
+                                    lazy_rays=pass_only)
 
     # ------------------------------------------------------- the SimWorld the SimWriter acts on
     def find_workload(self, namespace: str, name: str) -> SimWorkload | None:
@@ -616,7 +622,8 @@ class Engine:
                     self._admit(w)
         if self.admission is not None and self.drive_reconcilers \
                 and self.kueue.any_reserved():
-            await self.admission.reconcile(self.snapshot(now), now)
+            # (the admission check reads no RayCluster: they are built only if it ever does)
+            await self.admission.reconcile(self.snapshot(now, pass_only=True), now)
         if self.unplaced:
             still = []
             for w in self.unplaced:
@@ -726,7 +733,7 @@ class Engine:
         try:
             if self.drive_reconcilers and self.reconcilers:
                 # the controller's resync pass: one snapshot (with the GPU signal), every reconciler in turn
-                snap = self.snapshot(now)
+                snap = self.snapshot(now, pass_only=self._lazy_rays)
                 for r in self.reconcilers:
                     await r.reconcile(snap, now)
             if self.policy.baseline is not None:

@@ -11,7 +11,8 @@ snapshots.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Any
 
 from autoscaler.core.snapshot import (
     AUTOSCALE_ANNOTATION,
@@ -59,6 +60,77 @@ def pod_key(pod_id: str) -> PodKey:
     return PodKey(ns, name)
 
 
+class RayClusterMap(Mapping[str, RayClusterState]):
+    """A snapshot's RayClusters, built when a reconciler first reads them (keys and length need none):
+    most control passes of a baseline policy read no RayCluster (queuepilot's admission check does
+    not; the right-sizing feed does every few minutes).  What it builds is what ``build`` would have
+    built then: nothing may change a RayCluster between the snapshot and that first read, nor may
+    the builder have built a later snapshot meanwhile (its caches would be of a later time); if either
+    happened, the read fails loudly instead of showing a later state."""
+
+    __slots__ = ("_at", "_builder", "_built", "_keys", "_now", "_rays")
+
+    def __init__(self, builder: SnapshotBuilder, rays: tuple[SimRayCluster, ...], now: float) -> None:
+        self._builder = builder
+        self._rays = rays
+        self._now = now
+        self._at = self._state_of_world()
+        self._keys = tuple(f"{rc.namespace}/{rc.name}" for rc in rays)
+        self._built: Mapping[str, RayClusterState] | None = None
+
+    def _state_of_world(self) -> tuple[object, ...]:
+        """What ``ray_state`` reads that can move: each RayCluster's workers (epoch), spec (version)
+        and queue, and how many snapshots the builder has built."""
+        return (self._builder.builds, *((rc.epoch, rc.version, len(rc.queue)) for rc in self._rays))
+
+    def _states(self) -> Mapping[str, RayClusterState]:
+        if self._built is None:
+            if self._state_of_world() != self._at:
+                raise RuntimeError("simulator: a RayCluster or the snapshot builder moved between a snapshot "
+                                   "and its first read of the RayClusters")
+            self._built = frozen_map({k: self._builder.ray_state(rc, self._now)
+                                      for k, rc in zip(self._keys, self._rays, strict=True)})
+        return self._built
+
+    @property
+    def built(self) -> bool:
+        """Whether the RayClusters were read (and so built)."""
+        return self._built is not None
+
+    # the reads reconcilers make, each handed to the built read-only map (one call, then C)
+    def __getitem__(self, key: str) -> RayClusterState:
+        return (self._built or self._states())[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return (self._built or self._states()).get(key, default)
+
+    def items(self) -> ItemsView[str, RayClusterState]:
+        return (self._built or self._states()).items()
+
+    def values(self) -> ValuesView[RayClusterState]:
+        return (self._built or self._states()).values()
+
+    def keys(self) -> KeysView[str]:
+        return (self._built or self._states()).keys()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __eq__(self, other: object) -> bool:
+        return (self._built or self._states()) == other
+
+    __hash__ = None  # type: ignore[assignment]  # (a mapping: unhashable, as MappingProxyType's contents)
+
+    def __repr__(self) -> str:
+        return f"RayClusterMap({dict(self._states())!r})"
+
+
 class SnapshotBuilder:
     """``pod_util``: the GPU signal, each bound pod's GPU utilization by ``"<namespace>/<pod>"`` (the
     exporter's, by the pod a GPU is attributed to; 0 on a free GPU); the owner calls
@@ -71,6 +143,7 @@ class SnapshotBuilder:
         self.kueue = kueue
         self.with_check = with_check
         self._pod_util = pod_util
+        self.builds = 0  # snapshots built (a RayClusterMap read after a later build fails)
         self._util_gen: dict[str, int] = {}  # node -> bumped when a pod's utilization there changed
         self._nodes: dict[str, tuple[tuple[int, int], NodeState]] = {}
         self._labels: dict[str, Mapping[str, str]] = {}  # flavor -> a node's labels (read-only, shared)
@@ -299,19 +372,22 @@ class SnapshotBuilder:
         }
 
     def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster],
-              checks_active: Mapping[str, bool]) -> ClusterSnapshot:
+              checks_active: Mapping[str, bool], *, lazy_rays: bool = False) -> ClusterSnapshot:
+        """The snapshot at ``now``; ``lazy_rays``: its RayClusters built at their first read."""
+        self.builds += 1
         wls = {}
         for w in workloads:
             key = f"{w.namespace}/{w.name}"
             wls[key] = self._workload_state(key, w)
-        rcs = {}
-        for rc in rays:
-            s = self.ray_state(rc, now)
-            rcs[s.key] = s
+        ray_clusters: Mapping[str, RayClusterState]
+        if lazy_rays:
+            ray_clusters = RayClusterMap(self, tuple(rays), now)
+        else:
+            ray_clusters = frozen_map({f"{rc.namespace}/{rc.name}": self.ray_state(rc, now) for rc in rays})
         signals = {"gpu": SignalStatus("gpu", now, SIGNAL_STALE_AFTER_S)}
         return ClusterSnapshot(
             taken_at=now, nodes=self.node_map(), flavors=self._flavors, cluster_queues=self.cluster_queue_map(),
             local_queues=self._local_queues, workloads=frozen_map(wls),
             admission_checks=self.admission_checks(checks_active),
-            ray_clusters=frozen_map(rcs), signals=frozen_map(signals),
+            ray_clusters=ray_clusters, signals=frozen_map(signals),
         )
