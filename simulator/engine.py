@@ -242,6 +242,7 @@ class Engine:
         # incrementally from the ledger (``_w_set``, ``_j_set``); the snapshot builder puts it on the GPUs
         self._pod_util: dict[str, float] = {}
         self._views: dict[str, tuple[tuple[Any, ...], WorkerView]] = {}  # worker -> a baseline's view (group_view)
+        self._group_views: dict[str, tuple[int, float, tuple[WorkerView, ...]]] = {}  # team -> (epoch, until, views)
         self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.with_check, pod_util=self._pod_util)
         # the controller's reconcilers, acting on this world through a SimWriter
         registry = CollectorRegistry()
@@ -320,8 +321,16 @@ class Engine:
         return bisect.bisect_left(a, end) - bisect.bisect_right(a, start)
 
     def group_view(self, team: str, now: float) -> GroupView:
+        """What a baseline scaler sees of ``team``'s worker group; the workers' views are the previous
+        tuple while no worker came, went or changed task (``rc.epoch``) and none's ready/busy state
+        flipped with time (``next_flip``)."""
         rc = self.rays[team]
-        workers = tuple(self._worker_view(w, now) for w in sorted(rc.workers.values(), key=lambda x: x.name))
+        cached = self._group_views.get(team)
+        if cached is not None and cached[0] == rc.epoch and now < cached[1]:
+            workers = cached[2]
+        else:
+            workers = tuple(self._worker_view(w, now) for w in rc.by_name())
+            self._group_views[team] = (rc.epoch, rc.next_flip(now), workers)
         return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue),
                          rc.startup_s, self.arrivals_within(team, now, now + rc.startup_s))
 

@@ -11,6 +11,7 @@ a busy task is killed and goes back to the head of the queue, to restart from sc
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -84,6 +85,22 @@ class SimRayCluster:
     def new_worker_name(self) -> str:
         self.next_id += 1
         return f"{self.name}-{self.group}-{self.next_id:05d}"
+
+    def by_name(self) -> list[SimWorker]:
+        """The workers in pod-name order."""
+        return sorted(self.workers.values(), key=lambda x: x.name)
+
+    def next_flip(self, now: float) -> float:
+        """The first time after ``now`` at which a worker's ready or busy state flips with time alone
+        (inf: none before an event): views of the workers built now hold until then, or until ``epoch``
+        moves."""
+        t = math.inf
+        for w in self.workers.values():
+            if now < w.ready_at < t:
+                t = w.ready_at
+            if w.task is not None and now < w.busy_until < t:
+                t = w.busy_until
+        return t
 
     def free_ready_workers(self, now: float) -> list[SimWorker]:
         return [w for w in self.workers.values() if w.task is None and w.ready(now)]

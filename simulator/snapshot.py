@@ -272,15 +272,8 @@ class SnapshotBuilder:
         cached = self._ray_workers.get(rc.name)
         if cached is not None and cached[0] == key and now < cached[1]:
             return cached[2]
-        ordered = sorted(rc.workers.values(), key=lambda x: x.name)
-        workers = tuple(self._worker(rc, w, now) for w in ordered)
-        valid_until = float("inf")
-        for w in ordered:
-            if w.ready_at > now and w.ready_at < valid_until:
-                valid_until = w.ready_at
-            if w.task is not None and w.busy_until > now and w.busy_until < valid_until:
-                valid_until = w.busy_until
-        self._ray_workers[rc.name] = (key, valid_until, workers)
+        workers = tuple(self._worker(rc, w, now) for w in rc.by_name())
+        self._ray_workers[rc.name] = (key, rc.next_flip(now), workers)
         return workers
 
     def ray_state(self, rc: SimRayCluster, now: float) -> RayClusterState:
