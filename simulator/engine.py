@@ -329,7 +329,7 @@ class Engine:
         if cached is not None and cached[0] == rc.epoch and now < cached[1]:
             workers = cached[2]
         else:
-            workers = tuple(self._worker_view(w, now) for w in rc.by_name())
+            workers = tuple(self._worker_view(w, now) for w in rc.workers_by_name())
             self._group_views[team] = (rc.epoch, rc.next_flip(now), workers)
         return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue),
                          rc.startup_s, self.arrivals_within(team, now, now + rc.startup_s))

@@ -86,7 +86,7 @@ class SimRayCluster:
         self.next_id += 1
         return f"{self.name}-{self.group}-{self.next_id:05d}"
 
-    def by_name(self) -> list[SimWorker]:
+    def workers_by_name(self) -> list[SimWorker]:
         """The workers in pod-name order."""
         return sorted(self.workers.values(), key=lambda x: x.name)
 

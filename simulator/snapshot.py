@@ -272,7 +272,7 @@ class SnapshotBuilder:
         cached = self._ray_workers.get(rc.name)
         if cached is not None and cached[0] == key and now < cached[1]:
             return cached[2]
-        workers = tuple(self._worker(rc, w, now) for w in rc.by_name())
+        workers = tuple(self._worker(rc, w, now) for w in rc.workers_by_name())
         self._ray_workers[rc.name] = (key, rc.next_flip(now), workers)
         return workers
 
