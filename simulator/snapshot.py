@@ -11,8 +11,7 @@ snapshots.
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
 
 from autoscaler.core.snapshot import (
     AUTOSCALE_ANNOTATION,
@@ -97,21 +96,8 @@ class RayClusterMap(Mapping[str, RayClusterState]):
         """Whether the RayClusters were read (and so built)."""
         return self._built is not None
 
-    # the reads reconcilers make, each handed to the built read-only map (one call, then C)
     def __getitem__(self, key: str) -> RayClusterState:
-        return (self._built or self._states())[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return (self._built or self._states()).get(key, default)
-
-    def items(self) -> ItemsView[str, RayClusterState]:
-        return (self._built or self._states()).items()
-
-    def values(self) -> ValuesView[RayClusterState]:
-        return (self._built or self._states()).values()
-
-    def keys(self) -> KeysView[str]:
-        return (self._built or self._states()).keys()
+        return self._states()[key]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
@@ -121,11 +107,6 @@ class RayClusterMap(Mapping[str, RayClusterState]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
-
-    def __eq__(self, other: object) -> bool:
-        return (self._built or self._states()) == other
-
-    __hash__ = None  # type: ignore[assignment]  # (a mapping: unhashable, as MappingProxyType's contents)
 
     def __repr__(self) -> str:
         return f"RayClusterMap({dict(self._states())!r})"
