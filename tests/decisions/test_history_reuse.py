@@ -7,13 +7,17 @@ compare both shortcuts with the plain filter / a fresh decision from an equal, n
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import ScalingDefaults
 from autoscaler.core.policy.scaling import RECLAIM_BUDGET_PERIOD, GroupHistory, decide_scaling
 from autoscaler.core.snapshot import frozen_map
-from tests.decisions.builders import NOW, group, ray_cluster, snapshot, worker
+from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker, workload
 
 D = ScalingDefaults()
 KEEP_REC = max(D.scale_up.stabilization_window_seconds, D.scale_down.stabilization_window_seconds)
@@ -78,3 +82,82 @@ def test_the_parsed_policy_of_a_cluster_equals_a_fresh_parse():
     assert _cluster_policy(frozen_map(changed), D)[0].idle_window_seconds == 420
     odd = {"queuepilot.io/idle-window": 60}  # not a string: parsed every time, as before
     assert _cluster_policy(odd, D) == policy_from_annotations(odd, D)
+
+
+# ------------------------------------------------------------------------------- the steady hold
+LATER = NOW + 30
+
+
+def _full(history):
+    """The same history without its steady hold: the decision ladder runs in full."""
+    return {g: replace(h, steady=None) for g, h in history.items()}
+
+
+def _both(rc, history, snap=None, now=LATER):
+    """(this pass with ``history``, the same pass with the full ladder)."""
+    snap = snap or snapshot(ray=[rc], now=now)
+    return (decide_scaling(snap, rc, D, history, now), decide_scaling(snap, rc, D, _full(history), now))
+
+
+def _steady_first():
+    busy = group(replicas=2, workers=[worker("w0"), worker("w1")])  # both at work, nothing queued
+    first = decide_scaling(snapshot(ray=[ray_cluster([busy])]), ray_cluster([busy]), D, {}, NOW)
+    return busy, first
+
+
+def test_a_steady_hold_is_decided_again_as_the_full_ladder_would():
+    busy, first = _steady_first()
+    d = first.decisions[0]
+    assert (d.direction, d.reason, d.write) == ("hold", R.WITHIN_TARGET, "none")
+    assert first.history["gpu"].steady is not None
+    # the very group object, and an equal one built anew (as a controller's cache may not keep objects)
+    rebuilt = group(replicas=2, workers=[worker("w0"), worker("w1")])
+    for g in (busy, rebuilt):
+        rc = ray_cluster([g], now=LATER)
+        got, full = _both(rc, first.history)
+        assert got.decisions[0] is d  # last pass's decision, not the steps run again
+        assert got.decisions == full.decisions
+        assert got.history == full.history
+        assert got.history["gpu"].recommendations[-1] == (LATER, 2)  # recorded as the steps record it
+
+
+def _waiting_elsewhere():
+    # a GPU workload of another ClusterQueue waiting for an hour: queue pressure on every Ray cluster
+    return workload("other", ns="team-b", cq="cq-b", reserved_at=None, quota_reserved=False,
+                    created=LATER - 3600.0)
+
+
+CHANGES = {
+    "Ray demand arrives": (lambda g: ray_cluster([g], now=LATER, demand=[gpu_demand(1, count=3)]), None,
+                           R.PENDING_DEMAND),
+    "a worker goes idle": (lambda g: ray_cluster([group(replicas=2, workers=[worker("w0"),
+                                                                              worker("w1", util=0.0, busy=False)])],
+                                                 now=LATER), None, R.WITHIN_TARGET),
+    "another resourceVersion": (lambda g: replace(ray_cluster([g], now=LATER), resource_version="8"), None,
+                                R.WITHIN_TARGET),
+    "the Ray signal goes stale": (lambda g: ray_cluster([g], now=LATER, ray_age=600.0), None, R.RAY_SIGNAL_STALE),
+    "the GPU signal goes stale": (lambda g: ray_cluster([g], now=LATER), {"gpu_age": 600.0}, R.GPU_SIGNAL_STALE),
+    "another policy": (lambda g: ray_cluster([g], now=LATER, annotations={"queuepilot.io/idle-window": "4m"}),
+                       None, R.WITHIN_TARGET),
+    "the cluster is suspended": (lambda g: ray_cluster([g], now=LATER, suspended=True), None, R.CLUSTER_SUSPENDED),
+    "replicas below minReplicas": (lambda g: ray_cluster([replace(g, min_replicas=3)], now=LATER), None,
+                                   R.BELOW_MIN_REPLICAS),
+    "queue pressure": (lambda g: ray_cluster([g], now=LATER), {"workloads": "waiting"}, R.WITHIN_TARGET),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_the_steady_hold_gives_way_to_any_change_it_was_decided_without(change):
+    busy, first = _steady_first()
+    make, snap_kw, reason = CHANGES[change]
+    rc = make(busy)
+    kw = dict(snap_kw or {})
+    if kw.pop("workloads", None):
+        kw["workloads"] = [_waiting_elsewhere()]
+    got, full = _both(rc, first.history, snapshot(ray=[rc], now=LATER, **kw))
+    assert got.decisions == full.decisions
+    assert got.history == full.history
+    assert got.decisions[0].reason == reason
+    if change in ("Ray demand arrives", "another resourceVersion", "replicas below minReplicas",
+                  "the Ray signal goes stale", "the GPU signal goes stale", "the cluster is suspended"):
+        assert got.decisions[0] != first.decisions[0]

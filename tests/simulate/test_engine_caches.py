@@ -117,3 +117,29 @@ def test_one_pass_event_per_time() -> None:
     e.request_pass(20.0)  # ...and it asks again for the one at 20 s, which is still queued
     passes = sorted(ev.t for ev in e.heap if ev.kind == "pass")
     assert passes == [15.0, 20.0]
+
+
+@pytest.mark.parametrize("policy", ["queuepilot-reclaim", "queuepilot", "kueue-quota"])
+def test_steady_holds_equal_the_full_decision_ladder_throughout_a_run(policy: str, monkeypatch) -> None:
+    """Every group decision of a run whose last pass was a steady hold (``scaling.SteadyHold``) equals
+    what the full ladder decides from the same history without it; the shortcut is taken often."""
+    from autoscaler.core.policy import scaling
+
+    ladder = scaling._decide_group
+    seen = {"decisions": 0, "steady": 0}
+
+    def checked(case, h):
+        d, h2 = ladder(case, h)
+        full_d, full_h = ladder(case, replace(h, steady=None))
+        assert d == full_d
+        assert h2 == full_h
+        seen["decisions"] += 1
+        seen["steady"] += d is (h.steady.decision if h.steady is not None else None)
+        return d, h2
+
+    monkeypatch.setattr(scaling, "_decide_group", checked)
+    e = _engine(policy)
+    e.run()
+    assert e.metrics.jobs_completed > 0
+    assert seen["decisions"] > 1000
+    assert seen["steady"] > seen["decisions"] // 4

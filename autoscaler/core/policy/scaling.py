@@ -12,6 +12,12 @@ steps do; the reason of the last step that changed the value is the decision's r
    ``WaitingForWorkerDeletion``; no write in any case.
 2. **Signal freshness.**  Ray demand signal stale/missing -> ``RaySignalStale``; GPU signal
    stale (GPU groups) -> ``GpuSignalStale``; hold (desired = current, no write, idle timers reset).
+   **Steady hold.**  Last pass held for no demand and no idle worker at the current replicas
+   (``WithinTarget``, nothing written: ``SteadyHold``) and the group (the same object or an equal
+   one), the policy, the queue pressure and the resourceVersion are unchanged, with still no Ray
+   demand for the group -> the same decision again, its recommendation recorded: steps 3-6 would
+   arrive at it whatever the time and the history, since they only move a recommendation that
+   differs from the current count, or an idle worker.
 3. **Recommendation** (HPA "calculate" step):
    - *pending demand*: Ray's unscheduled bundles (not INFEASIBLE) are assigned to the group that can
      hold them (the ``group`` Ray named, else the smallest worker that fits, CPU-only groups first
@@ -94,6 +100,7 @@ __all__ = [
     "ScalingContext",
     "ScalingDefaults",
     "ScalingResult",
+    "SteadyHold",
     "Step",
     "WaitingIndex",
     "assign_demand",
@@ -137,6 +144,8 @@ class GroupHistory:
     written_max: int | None = None  # the maxReplicas we last wrote
     last_launch: float | None = None  # when we last launched workers here (scale-up or replacement)
     reclaims: tuple[float, ...] = ()  # one entry per worker reclaimed, for the hourly budget
+    # the last pass's decision when it was a steady hold, with what it was decided from (``SteadyHold``)
+    steady: SteadyHold | None = None
 
     def rollback(self, old: GroupHistory) -> GroupHistory:
         """This pass's history after its write failed: keep what was observed (recommendations, idle
@@ -179,6 +188,23 @@ class GroupHistory:
 
     def scaled(self, now: float, change: int) -> GroupHistory:
         return replace(self, scale_events=(*self.scale_events, (now, change)))
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyHold:
+    """Last pass's decision when it was a plain hold, and what decided it: no Ray demand for the group,
+    no worker idle (so no idle timer runs), the recommendation equal to the current replicas, within
+    [min, max], nothing to write (``_steady_hold``; a pass that holds for a guard or a stale signal
+    leaves none).  Such a decision is a function of the group, the policy, the queue pressure
+    and the RayCluster's resourceVersion alone: the stabilization windows, step limits, the
+    down-after-up hold and the reclaim budget move nothing when the recommendation is the current
+    count.  So while those four are unchanged and the guards and signals still pass, the next pass
+    decides the same hold without the recommendation steps (``_still_steady``)."""
+
+    group: WorkerGroupState
+    policy: ScalingDefaults
+    pressure: str
+    decision: GroupDecision
 
 
 def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> tuple[tuple[float, int], ...]:
@@ -1049,10 +1075,14 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
         h = h.seeing_max(case.group.max_replicas)
     guard = _guards(case)
     if guard.reason:
-        return case.hold(guard), h
+        return case.hold(guard), replace(h, steady=None) if h.steady is not None else h
     fresh = _signal_freshness(case)
-    if fresh.reason:
-        return case.hold(fresh, may_clear=True), replace(h, idle_since=frozen_map()) if h.idle_since else h
+    if fresh.reason:  # (a steady hold is the last pass's decision only: not after this one)
+        return case.hold(fresh, may_clear=True), (replace(h, idle_since=frozen_map(), steady=None)
+                                                  if h.idle_since or h.steady is not None else h)
+    if h.steady is not None and _still_steady(case, h.steady):
+        # the same hold as last pass (``SteadyHold``): its recommendation is recorded as the steps would
+        return h.steady.decision, replace(h, recommendations=(*h.recommendations, (case.now, case.current)))
     ws = _observe(case, h)
     raw, reason, msg = _recommend(case, ws)
     capped = _quota_headroom(case, raw)
@@ -1067,7 +1097,33 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
         reason, msg = why, f"{msg}; {more}"
     h = replace(h, idle_since=ws.idle_since, recommendations=(*h.recommendations, (case.now, raw)))
     write = _write_max if case.in_tree else _write_replicas
-    return write(case, ws, h, final, reason, msg, infeasible)
+    d, h = write(case, ws, h, final, reason, msg, infeasible)
+    steady = _steady_hold(case, ws, raw, d)
+    if steady is not None or h.steady is not None:
+        h = replace(h, steady=steady)
+    return d, h
+
+
+def _steady_hold(case: _GroupCase, ws: _Workers, raw: int, d: GroupDecision) -> SteadyHold | None:
+    """``d`` as a ``SteadyHold`` when it is one: a hold for no demand and no idle worker at the current
+    replicas (the in-tree autoscaler case, whose maxReplicas steering reads more, is never one)."""
+    current = case.current
+    if (case.in_tree or case.demand or case.infeasible_demand or case.stale_list or ws.idle_since
+            or ws.removable or ws.replaceable or ws.unmade or raw != current or d.desired != current
+            or d.direction != "hold" or d.write != "none" or d.reason != R.WITHIN_TARGET or d.infeasible
+            or d.workers_to_delete or d.idle_gpus):
+        return None
+    return SteadyHold(case.group, case.policy, case.pressure, d)
+
+
+def _still_steady(case: _GroupCase, s: SteadyHold) -> bool:
+    """Whether last pass's steady hold ``s`` is this pass's decision too (the guards and signal checks
+    have passed): the same group (the very object, or an equal one), policy and queue pressure, still
+    no Ray demand for it, the same resourceVersion (which the decision carries)."""
+    return (not case.demand and not case.infeasible_demand and not case.in_tree
+            and s.decision.resource_version == case.cluster.resource_version and s.pressure == case.pressure
+            and (s.policy is case.policy or s.policy == case.policy)
+            and (s.group is case.group or s.group == case.group))
 
 
 _NO_HISTORY = GroupHistory()  # a group's history before its first pass (immutable, so one serves all)
