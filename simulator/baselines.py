@@ -59,7 +59,6 @@ class GroupView:
     workers: tuple[WorkerView, ...]
     pending_tasks: int
     startup_s: float = 90.0
-    arrivals_soon: int = 0  # oracle only: tasks arriving within startup_s
 
 
 @dataclass(frozen=True, slots=True)

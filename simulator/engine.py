@@ -33,7 +33,6 @@ A baseline scaler is handed one ``GroupView`` per team (built here), never the e
 from __future__ import annotations
 
 import asyncio
-import bisect
 import heapq
 import math
 import random
@@ -205,10 +204,6 @@ class Engine:
                              0, self.cfg.worker_startup_s)
             for t in self.cfg.teams
         }
-        self._task_arrivals: dict[str, list[float]] = {t: [] for t in self.cfg.teams}
-        for j in jobs:
-            if j.kind == TASK:
-                self._task_arrivals[j.team].append(j.submit)
         self.metrics = RunMetrics()
         self.heap: list[TimedEvent] = []
         self._seq = 0
@@ -316,10 +311,6 @@ class Engine:
         busy = sum(j.duration + j.idle_tail for j in self.jobs if j.kind == TASK and j.team == team)
         return max(1, math.ceil(busy / max(1.0, self.window_s)))
 
-    def arrivals_within(self, team: str, start: float, end: float) -> int:
-        a = self._task_arrivals[team]
-        return bisect.bisect_left(a, end) - bisect.bisect_right(a, start)
-
     def group_view(self, team: str, now: float) -> GroupView:
         """What a baseline scaler sees of ``team``'s worker group; the workers' views are the previous
         tuple while no worker came, went or changed task (``rc.epoch``) and none's ready/busy state
@@ -331,8 +322,7 @@ class Engine:
         else:
             workers = tuple(self._worker_view(w, now) for w in rc.workers_by_name())
             self._group_views[team] = (rc.epoch, rc.next_flip(now), workers)
-        return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue),
-                         rc.startup_s, self.arrivals_within(team, now, now + rc.startup_s))
+        return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue), rc.startup_s)
 
     def _worker_view(self, w: SimWorker, now: float) -> WorkerView:
         """A baseline's view of one worker, the one built before while nothing in it moved: its

@@ -59,8 +59,8 @@ def test_keda_recommendation_and_legacy_cap():
     assert legacy_normalize(6, 2, [(100.0, 5)], 200.0, 1, 100) == 5
 
 
-def _view(now: float, replicas: int, workers=(), pending: int = 0, lo: int = 0, hi: int = 100, soon: int = 0):
-    return GroupView(now, replicas, lo, hi, tuple(workers), pending, 90.0, soon)
+def _view(now: float, replicas: int, workers=(), pending: int = 0, lo: int = 0, hi: int = 100):
+    return GroupView(now, replicas, lo, hi, tuple(workers), pending, 90.0)
 
 
 def test_keda_activation_and_cooldown_to_zero():
