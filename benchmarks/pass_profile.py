@@ -31,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from autoscaler.controller.scaling import ScalingReconciler  # noqa: E402
 from autoscaler.core.snapshot import ClusterSnapshot  # noqa: E402
 from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
@@ -87,6 +88,8 @@ class PassProfile:
         builder.build = self._timed("snapshot build", build_and_compare)  # type: ignore[method-assign]
         for r in eng.reconcilers:
             r.reconcile = self._timed_async(f"reconciler: {type(r).__name__}", r.reconcile)
+            if isinstance(r, ScalingReconciler):
+                r.reconcile = self._counting_steady(r, r.reconcile)
         eng._on_tick = self._timed_async("tick", eng._on_tick)  # type: ignore[method-assign]
         eng._on_pass = self._timed_async("Kueue pass", eng._on_pass)  # type: ignore[method-assign]
         eng._account = self._timed("accounting", eng._account)  # type: ignore[method-assign]
@@ -95,6 +98,20 @@ class PassProfile:
         eng._assign = self._timed("KubeRay operator (workers, task assignment)", eng._assign)  # type: ignore[method-assign]
         if eng.policy.baseline is not None:
             eng.policy.baseline.decide = self._timed("baseline scaler", eng.policy.baseline.decide)  # type: ignore[method-assign]
+
+    def _counting_steady(self, r: ScalingReconciler,
+                         reconcile: Callable[[ClusterSnapshot, float], Awaitable[None]],
+                         ) -> Callable[[ClusterSnapshot, float], Awaitable[None]]:
+        """Count the scaling decisions, and those that were last pass's steady hold again (the very
+        decision object of the group's ``SteadyHold``, not the ladder run anew)."""
+        async def counted(snapshot: ClusterSnapshot, now: float) -> None:
+            before = {key: dict(h) for key, h in r.history.items()}
+            await reconcile(snapshot, now)
+            for d, _ in r.outcomes:
+                h = before.get(f"{d.namespace}/{d.cluster}", {}).get(d.group)
+                self.reuse["scaling decisions"] += 1
+                self.reuse["steady holds"] += h is not None and h.steady is not None and d is h.steady.decision
+        return counted
 
     def _compare(self, snap: ClusterSnapshot) -> None:
         """Count which parts of the previous snapshot are the very objects of the one before it: a pass
@@ -231,6 +248,10 @@ def render(data: Mapping[str, Any]) -> str:
                   f"The RayClusters were read (and so built) in {_share(r.get('ray clusters read', 0), snaps)} of "
                   "the passes; a pass that reads none builds none (`RayClusterMap`).",
                   "",
+                  *([f"Of {r['scaling decisions']:,} scaling decisions, {_share(r.get('steady holds', 0), r['scaling decisions'])} "
+                     "were the group's last steady hold again (`SteadyHold`: no demand, no idle worker, nothing "
+                     "written, the group, policy, queue pressure and resourceVersion unchanged), decided without "
+                     "the recommendation steps.", ""] if r.get("scaling decisions") else []),
                   f"At most, skipping every tick whose snapshot is unchanged would save "
                   f"{100 * b['skip_passes_saves']:.1f} % of this run, and skipping every scaling decision whose "
                   f"group and demand are unchanged {100 * b['skip_groups_saves']:.1f} % (less where the "
