@@ -161,3 +161,67 @@ def test_the_steady_hold_gives_way_to_any_change_it_was_decided_without(change):
     if change in ("Ray demand arrives", "another resourceVersion", "replicas below minReplicas",
                   "the Ray signal goes stale", "the GPU signal goes stale", "the cluster is suspended"):
         assert got.decisions[0] != first.decisions[0]
+
+
+# the steady hold when only the workers' utilization moved (a live GPU signal moves between any two passes)
+RECLAIM = replace(D, reclaim_idle_actors=True)
+
+
+def _steady_from(workers, policy=D):
+    g = group(replicas=len(workers), workers=workers)
+    first = decide_scaling(snapshot(ray=[ray_cluster([g])]), ray_cluster([g]), policy, {}, NOW)
+    assert first.history["gpu"].steady is not None  # (a plain hold: no worker idle, nothing queued)
+    return first
+
+
+def _again(first, workers, policy=D, replicas=None):
+    rc = ray_cluster([group(replicas=len(workers) if replicas is None else replicas, workers=workers)], now=LATER)
+    snap = snapshot(ray=[rc], now=LATER)
+    return (decide_scaling(snap, rc, policy, first.history, LATER),
+            decide_scaling(snap, rc, policy, _full(first.history), LATER))
+
+
+@pytest.mark.parametrize("policy", [D, RECLAIM], ids=["default", "idle-actor reclaim"])
+def test_a_steady_hold_survives_utilization_that_moves_while_no_worker_is_idle(policy):
+    # a task at work, an idle actor's GPU in use (e.g. a warm-up), an empty worker whose GPU another
+    # process uses, a worker with no GPU reading yet: none idle, and none after the values moved
+    before = [worker("w0", util=0.62), worker("w1", util=0.4, busy=True, running=0),
+              worker("w2", util=0.3, busy=False), worker("w3", util=None)]
+    after = [worker("w0", util=0.97), worker("w1", util=0.08, busy=True, running=0),
+             worker("w2", util=0.06, busy=False), worker("w3", util=0.5)]
+    first = _steady_from(before, policy)
+    got, full = _again(first, after, policy)
+    assert got.decisions[0] is first.decisions[0]  # the shortcut: last pass's very decision
+    assert got.decisions == full.decisions and got.history == full.history
+    assert got.history["gpu"].steady.group.workers == tuple(after)  # held for this pass's group now
+
+
+GIVES_WAY = {
+    # (workers before, after, replicas after, policy): only utilization or something the hold reads moved
+    "an empty worker's GPU goes under the threshold": (
+        [worker("w0"), worker("w1", util=0.3, busy=False)], [worker("w0"), worker("w1", util=0.0, busy=False)],
+        None, D),
+    "an idle actor's GPU goes under the threshold (reclaim on)": (
+        [worker("w0"), worker("w1", util=0.3, busy=True, running=0)],
+        [worker("w0"), worker("w1", util=0.01, busy=True, running=0)], None, RECLAIM),
+    "a worker is being deleted": (
+        [worker("w0"), worker("w1")], [worker("w0"), replace(worker("w1", util=0.5), deleting=True)], None, D),
+    "a worker is no longer ready": (
+        [worker("w0"), worker("w1")], [worker("w0"), worker("w1", util=0.5, ready=False)], None, D),
+    "replicas moved under the same resourceVersion": (
+        [worker("w0"), worker("w1")], [worker("w0", util=0.5), worker("w1")], 3, D),
+    "another worker": ([worker("w0"), worker("w1")], [worker("w0", util=0.5), worker("w9")], None, D),
+}
+
+
+@pytest.mark.parametrize("change", list(GIVES_WAY))
+def test_the_steady_hold_gives_way_when_more_than_utilization_moved_or_a_worker_is_idle(change):
+    before, after, replicas, policy = GIVES_WAY[change]
+    first = _steady_from(before, policy)
+    got, full = _again(first, after, policy, replicas)
+    assert got.decisions == full.decisions and got.history == full.history
+    assert got.decisions[0] is not first.decisions[0]  # the ladder ran
+    if "threshold" in change:
+        assert set(got.history["gpu"].idle_since) == {"w1"} and got.history["gpu"].steady is None
+    if change in ("a worker is being deleted", "replicas moved under the same resourceVersion"):
+        assert got.decisions[0] != first.decisions[0]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from autoscaler.core import reasons as R
@@ -60,16 +60,16 @@ class ScalingRules:
     policies: tuple[ScalingPolicy, ...]
     select_policy: SelectPolicy = "Max"
     stabilization_window_seconds: int = 0
+    # derived from ``policies`` (not an input): the longest ``periodSeconds``, how far back the rate
+    # limits look (the scaler keeps scale events that long); worked out once, read every decision
+    longest_period: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.select_policy not in ("Max", "Min", "Disabled"):
             raise ValueError(f"selectPolicy must be Max, Min or Disabled, not {self.select_policy!r}")
         if not 0 <= self.stabilization_window_seconds <= 3600:
             raise ValueError("stabilization window must be within [0, 3600] s")
-
-    @property
-    def longest_period(self) -> int:
-        return max((p.period_seconds for p in self.policies), default=0)
+        object.__setattr__(self, "longest_period", max((p.period_seconds for p in self.policies), default=0))
 
 
 # HPA defaults when spec.behavior is set and fields are left out (autoscaling/v2 defaults.go).

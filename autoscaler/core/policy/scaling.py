@@ -14,10 +14,11 @@ steps do; the reason of the last step that changed the value is the decision's r
    stale (GPU groups) -> ``GpuSignalStale``; hold (desired = current, no write, idle timers reset).
    **Steady hold.**  Last pass held for no demand and no idle worker at the current replicas
    (``WithinTarget``, nothing written: ``SteadyHold``) and the group (the same object or an equal
-   one), the policy, the queue pressure and the resourceVersion are unchanged, with still no Ray
-   demand for the group -> the same decision again, its recommendation recorded: steps 3-6 would
-   arrive at it whatever the time and the history, since they only move a recommendation that
-   differs from the current count, or an idle worker.
+   one, or one in which only the workers' utilization moved while none of them is idle now), the
+   policy, the queue pressure and the resourceVersion are unchanged, with still no Ray demand for
+   the group -> the same decision again, its recommendation recorded: steps 3-6 would arrive at it
+   whatever the time and the history, since they only move a recommendation that differs from the
+   current count, or an idle worker.
 3. **Recommendation** (HPA "calculate" step):
    - *pending demand*: Ray's unscheduled bundles (not INFEASIBLE) are assigned to the group that can
      hold them (the ``group`` Ray named, else the smallest worker that fits, CPU-only groups first
@@ -72,8 +73,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
+from operator import attrgetter
 from typing import Literal, NamedTuple, overload
 
 from autoscaler.core import reasons as R
@@ -195,11 +197,12 @@ class SteadyHold:
     """Last pass's decision when it was a plain hold, and what decided it: no Ray demand for the group,
     no worker idle (so no idle timer runs), the recommendation equal to the current replicas, within
     [min, max], nothing to write (``_steady_hold``; a pass that holds for a guard or a stale signal
-    leaves none).  Such a decision is a function of the group, the policy, the queue pressure
-    and the RayCluster's resourceVersion alone: the stabilization windows, step limits, the
-    down-after-up hold and the reclaim budget move nothing when the recommendation is the current
-    count.  So while those four are unchanged and the guards and signals still pass, the next pass
-    decides the same hold without the recommendation steps (``_still_steady``)."""
+    leaves none).  Such a decision is a function of the group (of its workers' utilization only
+    whether each is idle now), the policy, the queue pressure and the RayCluster's resourceVersion
+    alone: the stabilization windows, step limits, the down-after-up hold and the reclaim budget
+    move nothing when the recommendation is the current count.  So while those four are unchanged
+    and the guards and signals still pass, the next pass decides the same hold without the
+    recommendation steps (``_still_steady``); ``group`` is the latest group it was decided for."""
 
     group: WorkerGroupState
     policy: ScalingDefaults
@@ -209,8 +212,9 @@ class SteadyHold:
 
 def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> tuple[tuple[float, int], ...]:
     """The (t, value) entries younger than ``keep`` seconds; ``entries`` itself when none is older (in
-    any order: a history built by hand need not be in time order)."""
-    if any(not now - t < keep for t, _ in entries):  # (not <: exactly the entries the filter drops)
+    any order: a history built by hand need not be in time order).  Whether any is older is asked of
+    the oldest alone (``min`` compares the tuples in C): ``now - t`` only grows as ``t`` falls."""
+    if entries and not now - min(entries)[0] < keep:  # (not <: exactly the entries the filter drops)
         return tuple(e for e in entries if now - e[0] < keep)
     return entries
 
@@ -1081,8 +1085,12 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
         return case.hold(fresh, may_clear=True), (replace(h, idle_since=frozen_map(), steady=None)
                                                   if h.idle_since or h.steady is not None else h)
     if h.steady is not None and _still_steady(case, h.steady):
-        # the same hold as last pass (``SteadyHold``): its recommendation is recorded as the steps would
-        return h.steady.decision, replace(h, recommendations=(*h.recommendations, (case.now, case.current)))
+        # the same hold as last pass (``SteadyHold``): its recommendation is recorded as the steps would,
+        # and the hold now holds this pass's group (as the steps would record it)
+        steady = h.steady if h.steady.group is case.group else SteadyHold(
+            case.group, h.steady.policy, h.steady.pressure, h.steady.decision)
+        return h.steady.decision, replace(h, recommendations=(*h.recommendations, (case.now, case.current)),
+                                          steady=steady)
     ws = _observe(case, h)
     raw, reason, msg = _recommend(case, ws)
     capped = _quota_headroom(case, raw)
@@ -1118,12 +1126,41 @@ def _steady_hold(case: _GroupCase, ws: _Workers, raw: int, d: GroupDecision) -> 
 
 def _still_steady(case: _GroupCase, s: SteadyHold) -> bool:
     """Whether last pass's steady hold ``s`` is this pass's decision too (the guards and signal checks
-    have passed): the same group (the very object, or an equal one), policy and queue pressure, still
-    no Ray demand for it, the same resourceVersion (which the decision carries)."""
-    return (not case.demand and not case.infeasible_demand and not case.in_tree
-            and s.decision.resource_version == case.cluster.resource_version and s.pressure == case.pressure
-            and (s.policy is case.policy or s.policy == case.policy)
-            and (s.group is case.group or s.group == case.group))
+    have passed): the same policy and queue pressure, still no Ray demand for the group, the same
+    resourceVersion (which the decision carries), and the same group (the very object, or an equal
+    one), or one in which only the workers' utilization moved while none of them is idle now.
+
+    A steady hold reads the workers' utilization only through ``_idle_now`` (every worker was not
+    idle, so no idle timer ran): while that still holds for each worker, the ladder comes to the same
+    hold whatever the values (a busy worker's GPU moving between 60 % and 90 %, as a live GPU signal
+    does between any two passes)."""
+    if (case.demand or case.infeasible_demand or case.in_tree
+            or s.decision.resource_version != case.cluster.resource_version or s.pressure != case.pressure
+            or not (s.policy is case.policy or s.policy == case.policy)):
+        return False
+    g = case.group
+    if s.group is g or s.group == g:
+        return True
+    if not _same_but_utilization(s.group, g):
+        return False
+    gpu_group, policy = case.gpu_group, case.policy
+    reclaim = policy.reclaim_idle_actors and gpu_group  # (as ``_observe`` asks: in-tree is never steady)
+    return not any(_idle_now(w, gpu_group, policy, reclaim) for w in g.workers)
+
+
+# what a steady hold reads of a worker group and its workers besides the workers' utilization: every
+# compared field of each (``_still_steady``), picked in C
+_UTILIZATION_FIELDS = frozenset({"gpu_utilization", "cpu_utilization", "memory_utilization"})
+_GROUP_BUT_WORKERS = attrgetter(*(f.name for f in fields(WorkerGroupState) if f.compare and f.name != "workers"))
+_WORKER_BUT_UTILIZATION = attrgetter(*(f.name for f in fields(RayWorker)
+                                       if f.compare and f.name not in _UTILIZATION_FIELDS))
+
+
+def _same_but_utilization(a: WorkerGroupState, b: WorkerGroupState) -> bool:
+    """``a == b`` but for the workers' utilization values (the same workers, in the same order)."""
+    return (len(a.workers) == len(b.workers) and _GROUP_BUT_WORKERS(a) == _GROUP_BUT_WORKERS(b)
+            and all(x is y or _WORKER_BUT_UTILIZATION(x) == _WORKER_BUT_UTILIZATION(y)
+                    for x, y in zip(a.workers, b.workers, strict=True)))
 
 
 _NO_HISTORY = GroupHistory()  # a group's history before its first pass (immutable, so one serves all)
