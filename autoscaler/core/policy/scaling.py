@@ -1087,10 +1087,10 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
     if h.steady is not None and _still_steady(case, h.steady):
         # the same hold as last pass (``SteadyHold``): its recommendation is recorded as the steps would,
         # and the hold now holds this pass's group (as the steps would record it)
-        steady = h.steady if h.steady.group is case.group else SteadyHold(
+        held = h.steady if h.steady.group is case.group else SteadyHold(
             case.group, h.steady.policy, h.steady.pressure, h.steady.decision)
-        return h.steady.decision, replace(h, recommendations=(*h.recommendations, (case.now, case.current)),
-                                          steady=steady)
+        return held.decision, replace(h, recommendations=(*h.recommendations, (case.now, case.current)),
+                                      steady=held)
     ws = _observe(case, h)
     raw, reason, msg = _recommend(case, ws)
     capped = _quota_headroom(case, raw)
