@@ -250,8 +250,8 @@ def render(data: Mapping[str, Any]) -> str:
                   "",
                   *([f"Of {r['scaling decisions']:,} scaling decisions, {_share(r.get('steady holds', 0), r['scaling decisions'])} "
                      "were the group's last steady hold again (`SteadyHold`: no demand, no idle worker, nothing "
-                     "written, the group, policy, queue pressure and resourceVersion unchanged), decided without "
-                     "the recommendation steps.", ""] if r.get("scaling decisions") else []),
+                     "written, the group (but for its workers' utilization, while none is idle), policy, queue "
+                     "pressure and resourceVersion unchanged), decided without the recommendation steps.", ""] if r.get("scaling decisions") else []),
                   f"At most, skipping every tick whose snapshot is unchanged would save "
                   f"{100 * b['skip_passes_saves']:.1f} % of this run, and skipping every scaling decision whose "
                   f"group and demand are unchanged {100 * b['skip_groups_saves']:.1f} % (less where the "
