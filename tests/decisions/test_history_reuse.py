@@ -93,16 +93,22 @@ def _full(history):
     return {g: replace(h, steady=None) for g, h in history.items()}
 
 
-def _both(rc, history, snap=None, now=LATER):
+def _both(rc, history, snap=None, now=LATER, policy=D):
     """(this pass with ``history``, the same pass with the full ladder)."""
     snap = snap or snapshot(ray=[rc], now=now)
-    return (decide_scaling(snap, rc, D, history, now), decide_scaling(snap, rc, D, _full(history), now))
+    return (decide_scaling(snap, rc, policy, history, now), decide_scaling(snap, rc, policy, _full(history), now))
+
+
+def _steady_from(workers, policy=D):
+    """The first pass over a group of ``workers`` (all replicas have a pod), which must be a steady hold."""
+    g = group(replicas=len(workers), workers=workers)
+    first = decide_scaling(snapshot(ray=[ray_cluster([g])]), ray_cluster([g]), policy, {}, NOW)
+    assert first.history["gpu"].steady is not None  # (a plain hold: no worker idle, nothing queued)
+    return g, first
 
 
 def _steady_first():
-    busy = group(replicas=2, workers=[worker("w0"), worker("w1")])  # both at work, nothing queued
-    first = decide_scaling(snapshot(ray=[ray_cluster([busy])]), ray_cluster([busy]), D, {}, NOW)
-    return busy, first
+    return _steady_from([worker("w0"), worker("w1")])  # both at work, nothing queued
 
 
 def test_a_steady_hold_is_decided_again_as_the_full_ladder_would():
@@ -167,18 +173,9 @@ def test_the_steady_hold_gives_way_to_any_change_it_was_decided_without(change):
 RECLAIM = replace(D, reclaim_idle_actors=True)
 
 
-def _steady_from(workers, policy=D):
-    g = group(replicas=len(workers), workers=workers)
-    first = decide_scaling(snapshot(ray=[ray_cluster([g])]), ray_cluster([g]), policy, {}, NOW)
-    assert first.history["gpu"].steady is not None  # (a plain hold: no worker idle, nothing queued)
-    return first
-
-
 def _again(first, workers, policy=D, replicas=None):
     rc = ray_cluster([group(replicas=len(workers) if replicas is None else replicas, workers=workers)], now=LATER)
-    snap = snapshot(ray=[rc], now=LATER)
-    return (decide_scaling(snap, rc, policy, first.history, LATER),
-            decide_scaling(snap, rc, policy, _full(first.history), LATER))
+    return _both(rc, first.history, policy=policy)
 
 
 @pytest.mark.parametrize("policy", [D, RECLAIM], ids=["default", "idle-actor reclaim"])
@@ -189,7 +186,7 @@ def test_a_steady_hold_survives_utilization_that_moves_while_no_worker_is_idle(p
               worker("w2", util=0.3, busy=False), worker("w3", util=None)]
     after = [worker("w0", util=0.97), worker("w1", util=0.08, busy=True, running=0),
              worker("w2", util=0.06, busy=False), worker("w3", util=0.5)]
-    first = _steady_from(before, policy)
+    _, first = _steady_from(before, policy)
     got, full = _again(first, after, policy)
     assert got.decisions[0] is first.decisions[0]  # the shortcut: last pass's very decision
     assert got.decisions == full.decisions and got.history == full.history
@@ -217,7 +214,7 @@ GIVES_WAY = {
 @pytest.mark.parametrize("change", list(GIVES_WAY))
 def test_the_steady_hold_gives_way_when_more_than_utilization_moved_or_a_worker_is_idle(change):
     before, after, replicas, policy = GIVES_WAY[change]
-    first = _steady_from(before, policy)
+    _, first = _steady_from(before, policy)
     got, full = _again(first, after, policy, replicas)
     assert got.decisions == full.decisions and got.history == full.history
     assert got.decisions[0] is not first.decisions[0]  # the ladder ran

@@ -1127,8 +1127,8 @@ def _steady_hold(case: _GroupCase, ws: _Workers, raw: int, d: GroupDecision) -> 
 def _still_steady(case: _GroupCase, s: SteadyHold) -> bool:
     """Whether last pass's steady hold ``s`` is this pass's decision too (the guards and signal checks
     have passed): the same policy and queue pressure, still no Ray demand for the group, the same
-    resourceVersion (which the decision carries), and the same group (the very object, or an equal
-    one), or one in which only the workers' utilization moved while none of them is idle now.
+    resourceVersion (which the decision carries), and the same group (the very object), or one equal
+    to it but for the workers' utilization while none of them is idle now (an equal group among them).
 
     A steady hold reads the workers' utilization only through ``_idle_now`` (every worker was not
     idle, so no idle timer ran): while that still holds for each worker, the ladder comes to the same
@@ -1139,7 +1139,7 @@ def _still_steady(case: _GroupCase, s: SteadyHold) -> bool:
             or not (s.policy is case.policy or s.policy == case.policy)):
         return False
     g = case.group
-    if s.group is g or s.group == g:
+    if s.group is g:
         return True
     if not _same_but_utilization(s.group, g):
         return False
