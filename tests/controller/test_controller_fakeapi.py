@@ -71,7 +71,7 @@ async def test_metrics_match_a_scripted_cluster(fake_api):
             _, t = await http_get(f"{base}/metrics")
             return metric(t, "queuepilot_queue_pending_workloads", cluster_queue="cq-b", namespace="team-b", local_queue="lq-b") == 2
 
-        await eventually(seen, timeout=5)
+        await eventually(seen, timeout=15)
         assert await http_get(f"{base}/healthz") == (200, "ok\n")
     calls = fake_api.observed_calls()
     assert calls <= CONTROLLER_API_CALLS, calls - CONTROLLER_API_CALLS
@@ -119,7 +119,7 @@ async def test_reconcilers_run_on_events_and_their_failures_are_contained(fake_a
         await eventually(lambda: seen and seen[-1] == 5)
         fake_api.create(o.workload("wl-x", "team-a", "lq-a"))
         # with a 30 s resync, only the watch event can trigger this pass
-        await eventually(lambda: seen[-1] == 6, timeout=5)
+        await eventually(lambda: seen[-1] == 6, timeout=15)
         errors = c.counters.source_errors.labels(source="reconciler/broken", kind="exception")._value.get()
         assert errors >= 2
     finally:

@@ -14,6 +14,7 @@ of 3 x 1 GPU.  Teardown stops both process groups and asserts that nothing of th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -105,6 +106,21 @@ def _stop_group(pgid: int, grace: float) -> None:
         end = time.monotonic() + 5
         while _group_alive(pgid) and time.monotonic() < end:
             time.sleep(0.1)
+
+
+def _reap(pgids: list[int], tmp: str, within: float) -> list[int]:
+    """SIGKILL whatever is left of the groups and of any process naming our temp dir (Ray starts some
+    of its daemons outside the head's process group; on a loaded machine they outlive the group's
+    grace), until none is left or ``within`` seconds pass; the pids still alive then."""
+    deadline = time.monotonic() + within
+    while True:
+        alive = sorted({pid for g in pgids for pid in _group_alive(g)} | set(_mentioning(tmp)))
+        if not alive or time.monotonic() > deadline:
+            return alive
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
@@ -209,9 +225,7 @@ def head() -> Iterator[Head]:
         _stop_group(head_proc.pid, grace=5)
         head_proc.wait(timeout=10)
         log.close()
-        leftovers = (
-            _group_alive(head_proc.pid) + (_group_alive(driver.pid) if driver else []) + _mentioning(tmp)
-        )
+        leftovers = _reap([head_proc.pid] + ([driver.pid] if driver else []), tmp, within=20)
         shutil.rmtree(tmp, ignore_errors=True)
         assert leftovers == [], f"Ray processes left running: {leftovers}"
         assert head_proc.returncode is not None

@@ -198,6 +198,12 @@ class ControllerProcess:
         return self.exit_code
 
 
+async def counted(cp: ControllerProcess, name: str, **labels: str) -> float:
+    """A counter's value once the controller has it: decisions are counted when the write's answer is
+    back, a moment after the fake API server (which a test watches) already holds the write."""
+    return await eventually(lambda: cp.metric(name, **labels), f"{name}{labels} on /metrics", timeout=15)
+
+
 async def read_after(cp: ControllerProcess, t: float) -> bool:
     """Whether the controller's latest snapshot holds a GPU reading polled after ``t``."""
     age = await cp.metric("queuepilot_signal_age_seconds", signal="gpu")

@@ -22,6 +22,7 @@ from tests.system.conftest import (
     cluster_objects,
     conditions,
     controller,
+    counted,
     eventually,
     exporter_job,
     finish,
@@ -95,11 +96,14 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
         )
         assert entry["requeueAfterSeconds"] == 30
         assert check_entries(api, "b", "team-b")[OTHER_CHECK]["state"] == "Ready"
-        assert await cp.metric("queuepilot_admission_decisions_total", cluster_queue="cq-b", state="Retry",
-                               reason="InsufficientGpus", mode="live") == 1.0
-        assert await cp.metric("queuepilot_admission_decisions_total", cluster_queue="cq-a", state="Ready",
-                               reason="CapacityConfirmed", mode="live") == 1.0
-        events = [e for e in api.list("v1", "Event", "team-b") if e["involvedObject"]["name"] == "b"]
+        assert await counted(cp, "queuepilot_admission_decisions_total", cluster_queue="cq-b", state="Retry",
+                             reason="InsufficientGpus", mode="live") == 1.0
+        assert await counted(cp, "queuepilot_admission_decisions_total", cluster_queue="cq-a", state="Ready",
+                             reason="CapacityConfirmed", mode="live") == 1.0
+        # Events are sent by a background sender after the check's write: wait for it, do not race it
+        events = await eventually(
+            lambda: [e for e in api.list("v1", "Event", "team-b") if e["involvedObject"]["name"] == "b"],
+            "B's Event", timeout=15)
         assert [(e["type"], e["reason"]) for e in events] == [("Warning", "InsufficientGpus")]
         assert kw.World(api).kueue_react(time.time()) == [("b", "evicted")]
         assert await flavor_gpus(cp, "unhealthy") == 1.0
@@ -138,8 +142,8 @@ async def test_stale_gpu_signal(fake_api: FakeApiServer, tmp_path: Path, mode: s
             assert re.fullmatch(r"GPU signal stale \(last data at \d+\); admitting on quota alone "
                                 r"\(stale_signal_mode=fail-open\)", entry["message"]), entry["message"]
             reason = "ReadyGpuSignalStale"
-            assert await cp.metric("queuepilot_admission_decisions_total", cluster_queue="cq-a", state="Ready",
-                                   reason=reason, mode="live") == 1.0
+            assert await counted(cp, "queuepilot_admission_decisions_total", cluster_queue="cq-a", state="Ready",
+                                 reason=reason, mode="live") == 1.0
             assert kw.World(api).kueue_react(time.time()) == [("c", "admitted")]
         else:
             entry = await eventually(

@@ -32,6 +32,7 @@ from tests.system.conftest import (
     NODES,
     cluster_objects,
     controller,
+    counted,
     eventually,
     exporter_job,
     finish,
@@ -139,11 +140,14 @@ async def test_idle_ray_workers_scaled_down_by_name(fake_api: FakeApiServer, tmp
             assert sorted(group["scaleStrategy"]["workersToDelete"]) == sorted(IDLE)
             assert (group["minReplicas"], group["maxReplicas"]) == (0, 4)  # untouched
             assert any(p.startswith("/api/cluster_status") for p in hits)
-            down = await cp.metric("queuepilot_scale_decisions_total", namespace=NS, raycluster=RC, group=GROUP,
-                                   direction="down", reason="IdleWorkersQueuePressure", mode="live")
+            down = await counted(cp, "queuepilot_scale_decisions_total", namespace=NS, raycluster=RC, group=GROUP,
+                                 direction="down", reason="IdleWorkersQueuePressure", mode="live")
             assert down == 1.0
-            events = [e for e in api.list("v1", "Event", NS) if e["involvedObject"]["name"] == RC]
-            scale_event = next(e for e in events if e["reason"] == "IdleWorkersQueuePressure")
+            # Events are sent by a background sender after the patch: wait for it, do not race it
+            scale_event = await eventually(
+                lambda: next((e for e in api.list("v1", "Event", NS) if e["involvedObject"]["name"] == RC
+                              and e["reason"] == "IdleWorkersQueuePressure"), None),
+                "the IdleWorkersQueuePressure Event on the RayCluster", timeout=15)
             assert "scale down 3 -> 1" in scale_event["message"], scale_event["message"]
             assert all(p in scale_event["message"] for p in IDLE), scale_event["message"]
             assert "team-b/waiting" in scale_event["message"], scale_event["message"]
