@@ -114,6 +114,23 @@ def our_pending_checks(wl: WorkloadState, snapshot: ClusterSnapshot, controller_
     return tuple(out)
 
 
+def _pending_in_order(snapshot: ClusterSnapshot, controller_name: str) -> list[tuple[WorkloadState, tuple[str, ...]]]:
+    """The eligible workloads with a Pending check of ours and those checks' names, in decision order
+    (priority, then the oldest reservation).  Most passes find none of the snapshot's workloads
+    waiting for us, so they are filtered before they are sorted, by the names of our checks."""
+    ours = frozenset(name for name, ac in snapshot.admission_checks.items() if ac.controller_name == controller_name)
+    if not ours:
+        return []
+    todo = []
+    for wl in snapshot.workloads.values():
+        if eligible(wl):
+            checks = tuple(c.name for c in wl.checks if c.state == CHECK_PENDING and c.name in ours)
+            if checks:
+                todo.append((wl, checks))
+    todo.sort(key=lambda item: _order_key(item[0]))
+    return todo
+
+
 def _order_key(wl: WorkloadState) -> tuple[int, float, str]:
     t = wl.quota_reserved_at if wl.quota_reserved_at is not None else float("inf")
     return (-wl.priority, t, wl.key)
@@ -345,14 +362,14 @@ def decide_admissions(
         if wl is not None and r.uid != wl.uid:
             ledger = ledger.without(key)
     cap = _Capacity(snapshot, ledger, config.check_cpu_memory)
-    todo = sorted((wl for wl in snapshot.workloads.values() if eligible(wl)), key=_order_key)
+    todo = _pending_in_order(snapshot, config.controller_name)
     # new promises are added to the ledger in one go (``cap`` already counts them); a workload
     # decided again in this pass (a second check of ours) first sees its own promise
     promises: list[tuple[str, str, Mapping[str, Mapping[str, int]], float, Mapping[str, Mapping[str, int]] | None]]
     promises = []
     promised_keys: set[str] = set()
-    for wl in todo:
-        for check in our_pending_checks(wl, snapshot, config.controller_name):
+    for wl, checks in todo:
+        for check in checks:
             if wl.key in promised_keys:
                 ledger, promises = ledger.reserve_all(promises, snapshot), []
                 promised_keys.clear()
