@@ -218,57 +218,7 @@ def test_the_steady_hold_gives_way_when_more_than_utilization_moved_or_a_worker_
     got, full = _again(first, after, policy, replicas)
     assert got.decisions == full.decisions and got.history == full.history
     assert got.decisions[0] is not first.decisions[0]  # the ladder ran
-    if "threshold" in change:  # a timer starts: the new hold runs it (until it is due, below)
-        h = got.history["gpu"]
-        assert set(h.idle_since) == {"w1"} and h.steady is not None and h.steady.timers[0][0] == LATER
+    if "threshold" in change:
+        assert set(got.history["gpu"].idle_since) == {"w1"} and got.history["gpu"].steady is None
     if change in ("a worker is being deleted", "replicas moved under the same resourceVersion"):
         assert got.decisions[0] != first.decisions[0]
-
-
-# the steady hold while idle timers run (an idle worker short of its window is only a timer)
-def _at(history, workers, t, policy=D):
-    rc = ray_cluster([group(replicas=len(workers), workers=workers)], now=t)
-    return _both(rc, history, now=t, policy=policy)
-
-
-@pytest.mark.parametrize("kind", ["empty worker", "idle actor (reclaim on)"])
-def test_a_hold_whose_idle_timers_run_is_decided_again_until_a_timer_is_due(kind):
-    # w1 idle from NOW: an empty worker goes after the idle window (90 s), an idle actor after the
-    # reclaim window (300 s); w0 at work.  Between the passes only utilization values move.
-    policy, due = (D, D.idle_window_seconds) if kind == "empty worker" else (RECLAIM, D.reclaim_window_seconds)
-    busy = kind != "empty worker"
-    idle = [worker("w0", util=0.9), worker("w1", util=0.0, busy=busy, running=0 if busy else None)]
-    moved = [worker("w0", util=0.7), worker("w1", util=0.03, busy=busy, running=0 if busy else None)]
-    _, first = _steady_from(idle, policy)
-    assert first.history["gpu"].steady.timers == ((NOW, due),)
-    history, decision = first.history, first.decisions[0]
-    for t in (NOW + 30, NOW + due - 30, NOW + due - 0.5):
-        got, full = _at(history, moved if t != NOW + 30 else idle, t, policy)
-        assert got.decisions[0] is decision, t  # the shortcut: the timer is not due yet
-        assert got.decisions == full.decisions and got.history == full.history
-        assert dict(got.history["gpu"].idle_since) == {"w1": NOW}
-        history = got.history
-    got, full = _at(history, moved, NOW + due, policy)  # due: the ladder runs, and the worker goes
-    assert got.decisions[0] is not decision
-    assert got.decisions == full.decisions and got.history == full.history
-    d = got.decisions[0]
-    assert (d.direction, d.desired, d.workers_to_delete) == ("down", 1, ("w1",))
-    assert d.reason == (R.IDLE_WORKERS if kind == "empty worker" else R.IDLE_ACTORS_RECLAIMED)
-
-
-TIMER_GIVES_WAY = {
-    "the idle worker gets busy": [worker("w0"), worker("w1", util=0.5, busy=False)],
-    "the busy worker goes idle too": [worker("w0", util=0.0, busy=False), worker("w1", util=0.0, busy=False)],
-    "the idle worker is being deleted": [worker("w0"), replace(worker("w1", util=0.0, busy=False), deleting=True)],
-}
-
-
-@pytest.mark.parametrize("change", list(TIMER_GIVES_WAY))
-def test_a_hold_with_idle_timers_gives_way_when_another_worker_is_idle_now(change):
-    _, first = _steady_from([worker("w0"), worker("w1", util=0.0, busy=False)])
-    got, full = _at(first.history, TIMER_GIVES_WAY[change], LATER)
-    assert got.decisions == full.decisions and got.history == full.history
-    assert got.decisions[0] is not first.decisions[0]  # the ladder ran
-    expected = {"the idle worker gets busy": set(), "the busy worker goes idle too": {"w0", "w1"},
-                "the idle worker is being deleted": set()}[change]
-    assert set(got.history["gpu"].idle_since) == expected

@@ -195,24 +195,19 @@ class GroupHistory:
 @dataclass(frozen=True, slots=True)
 class SteadyHold:
     """Last pass's decision when it was a plain hold, and what decided it: no Ray demand for the group,
-    no worker idle for its window (idle timers may run), the recommendation equal to the current
-    replicas, within [min, max], nothing to write (``_steady_hold``; a pass that holds for a guard or
-    a stale signal leaves none).  Such a decision is a function of the group (of its workers'
-    utilization only whether each is idle now), the policy, the queue pressure and the RayCluster's
-    resourceVersion alone, until the first idle timer could reach a window: the stabilization
-    windows, step limits, the down-after-up hold and the reclaim budget move nothing when the
-    recommendation is the current count, and an idle worker short of its window is only a timer.
-    So while those four are unchanged, the same workers are idle and no timer is due, and the guards
-    and signals still pass, the next pass decides the same hold without the recommendation steps
-    (``_still_steady``); ``group`` is the latest group it was decided for."""
+    no worker idle (so no idle timer runs), the recommendation equal to the current replicas, within
+    [min, max], nothing to write (``_steady_hold``; a pass that holds for a guard or a stale signal
+    leaves none).  Such a decision is a function of the group (of its workers' utilization only
+    whether each is idle now), the policy, the queue pressure and the RayCluster's resourceVersion
+    alone: the stabilization windows, step limits, the down-after-up hold and the reclaim budget
+    move nothing when the recommendation is the current count.  So while those four are unchanged
+    and the guards and signals still pass, the next pass decides the same hold without the
+    recommendation steps (``_still_steady``); ``group`` is the latest group it was decided for."""
 
     group: WorkerGroupState
     policy: ScalingDefaults
     pressure: str
     decision: GroupDecision
-    # each running idle timer: (first seen idle, the shortest idle time after which the ladder could
-    # remove or replace its worker); due once ``now - since >= need`` for any of them
-    timers: tuple[tuple[float, float], ...] = ()
 
 
 def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> tuple[tuple[float, int], ...]:
@@ -1089,10 +1084,11 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
     if fresh.reason:  # (a steady hold is the last pass's decision only: not after this one)
         return case.hold(fresh, may_clear=True), (replace(h, idle_since=frozen_map(), steady=None)
                                                   if h.idle_since or h.steady is not None else h)
-    if h.steady is not None and _still_steady(case, h.steady, h.idle_since):
+    if h.steady is not None and _still_steady(case, h.steady):
         # the same hold as last pass (``SteadyHold``): its recommendation is recorded as the steps would,
-        # the idle timers run on, and the hold now holds this pass's group (as the steps would record it)
-        held = h.steady if h.steady.group is case.group else replace(h.steady, group=case.group)
+        # and the hold now holds this pass's group (as the steps would record it)
+        held = h.steady if h.steady.group is case.group else SteadyHold(
+            case.group, h.steady.policy, h.steady.pressure, h.steady.decision)
         return held.decision, replace(h, recommendations=(*h.recommendations, (case.now, case.current)),
                                       steady=held)
     ws = _observe(case, h)
@@ -1117,46 +1113,30 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
 
 
 def _steady_hold(case: _GroupCase, ws: _Workers, raw: int, d: GroupDecision) -> SteadyHold | None:
-    """``d`` as a ``SteadyHold`` when it is one: a hold for no demand and no worker idle for its window
-    at the current replicas (the in-tree autoscaler case, whose maxReplicas steering reads more, is
-    never one)."""
+    """``d`` as a ``SteadyHold`` when it is one: a hold for no demand and no idle worker at the current
+    replicas (the in-tree autoscaler case, whose maxReplicas steering reads more, is never one)."""
     current = case.current
-    if (case.in_tree or case.demand or case.infeasible_demand or case.stale_list
+    if (case.in_tree or case.demand or case.infeasible_demand or case.stale_list or ws.idle_since
             or ws.removable or ws.replaceable or ws.unmade or raw != current or d.desired != current
             or d.direction != "hold" or d.write != "none" or d.reason != R.WITHIN_TARGET or d.infeasible
             or d.workers_to_delete or d.idle_gpus):
         return None
-    if not ws.idle_since:
-        return SteadyHold(case.group, case.policy, case.pressure, d)
-    # an idle worker becomes removable after the idle window in force (an empty one) or the reclaim
-    # window (one with an idle actor), replaceable after the reclaim window (any, while demand that fits
-    # the group queues: ``_observe``): the shorter of those that apply to it
-    reclaim_window = case.policy.reclaim_window_seconds
-    empty_need = min(ws.window, reclaim_window)
-    since = ws.idle_since
-    timers = tuple((since[w.pod], empty_need if w.ray_busy is False else reclaim_window)
-                   for w in case.group.workers if w.pod in since)
-    return SteadyHold(case.group, case.policy, case.pressure, d, timers)
+    return SteadyHold(case.group, case.policy, case.pressure, d)
 
 
-def _still_steady(case: _GroupCase, s: SteadyHold, idle_since: Mapping[str, float]) -> bool:
+def _still_steady(case: _GroupCase, s: SteadyHold) -> bool:
     """Whether last pass's steady hold ``s`` is this pass's decision too (the guards and signal checks
     have passed): the same policy and queue pressure, still no Ray demand for the group, the same
-    resourceVersion (which the decision carries), no idle timer due, and the same group (the very
-    object), or one equal to it but for the workers' utilization where the workers idle now are those
-    with a running timer (``idle_since``), no more, no fewer.
+    resourceVersion (which the decision carries), and the same group (the very object), or one equal
+    to it but for the workers' utilization while none of them is idle now (an equal group among them).
 
-    A steady hold reads the workers' utilization only through ``_idle_now``: while each worker is idle
-    now exactly when it was, its timer (or none) runs on as the ladder would keep it, and the ladder
-    comes to the same hold whatever the values (a busy worker's GPU moving between 60 % and 90 %, as a
-    live GPU signal does between any two passes, an idle one's between 0 and 4 %).  A timer is due
-    when it has run for the shortest idle time after which its worker could go (``SteadyHold.timers``,
-    asked as ``idle_workers`` asks it): the ladder then may remove or replace the worker, so it
-    decides again."""
+    A steady hold reads the workers' utilization only through ``_idle_now`` (every worker was not
+    idle, so no idle timer ran): while that still holds for each worker, the ladder comes to the same
+    hold whatever the values (a busy worker's GPU moving between 60 % and 90 %, as a live GPU signal
+    does between any two passes)."""
     if (case.demand or case.infeasible_demand or case.in_tree
             or s.decision.resource_version != case.cluster.resource_version or s.pressure != case.pressure
-            or not (s.policy is case.policy or s.policy == case.policy)
-            or any(not case.now - t < need for t, need in s.timers)):
+            or not (s.policy is case.policy or s.policy == case.policy)):
         return False
     g = case.group
     if s.group is g:
@@ -1165,7 +1145,7 @@ def _still_steady(case: _GroupCase, s: SteadyHold, idle_since: Mapping[str, floa
         return False
     gpu_group, policy = case.gpu_group, case.policy
     reclaim = policy.reclaim_idle_actors and gpu_group  # (as ``_observe`` asks: in-tree is never steady)
-    return all(_idle_now(w, gpu_group, policy, reclaim) is (w.pod in idle_since) for w in g.workers)
+    return not any(_idle_now(w, gpu_group, policy, reclaim) for w in g.workers)
 
 
 # what a steady hold reads of a worker group and its workers besides the workers' utilization: every
