@@ -209,10 +209,14 @@ class WorkloadState:
     checks: tuple[CheckState, ...] = ()
     owner_kind: str = ""  # Job, RayJob, RayCluster, PyTorchJob, TrainJob, ...
     owner_name: str = ""
+    # derived from the fields above (not inputs), once per object: every pass asks each workload for
+    # them (the stall detector, queue pressure, the admission order), and most objects last many passes
+    key: str = field(default="", init=False, repr=False, compare=False)  # "<namespace>/<name>"
+    gpu_demand: int = field(default=0, init=False, repr=False, compare=False)  # GPUs over all pod sets
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
+        object.__setattr__(self, "gpu_demand", sum(ps.count * ps.gpus_per_pod for ps in self.pod_sets))
 
     @property
     def pending(self) -> bool:
@@ -223,10 +227,6 @@ class WorkloadState:
     def queued_since(self) -> float:
         """Kueue's T0: Requeued.lastTransitionTime if present, else creationTimestamp."""
         return self.requeued_at if self.requeued_at is not None else self.created_at
-
-    @property
-    def gpu_demand(self) -> int:
-        return sum(ps.count * ps.gpus_per_pod for ps in self.pod_sets)
 
     def check(self, name: str) -> CheckState | None:
         for c in self.checks:

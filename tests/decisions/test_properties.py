@@ -120,3 +120,15 @@ def test_scaling_properties(cluster_hist, gpu_stale, pressure):
     if ray_stale or gpu_stale:
         assert d.direction == "hold" and d.desired == d.current and d.workers_to_delete == ()
         assert d.write == "none" or d.clear_workers_to_delete
+
+
+@SETTINGS
+@given(workloads_st(), st.text("abc-", min_size=1, max_size=6), st.text("xyz", min_size=1, max_size=6))
+def test_a_workloads_derived_fields_follow_its_fields_through_replace(wls, ns, name):
+    # ``key`` and ``gpu_demand`` are worked out once per object; a replaced object works them out anew
+    for wl in wls:
+        assert wl.key == f"{wl.namespace}/{wl.name}"
+        assert wl.gpu_demand == sum(ps.count * int(ps.requests.get("nvidia.com/gpu", 0)) for ps in wl.pod_sets)
+        moved = replace(wl, namespace=ns, name=name, pod_sets=wl.pod_sets[:1])
+        assert moved.key == f"{ns}/{name}"
+        assert moved.gpu_demand == wl.pod_sets[0].count * wl.pod_sets[0].gpus_per_pod

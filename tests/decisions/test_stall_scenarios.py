@@ -213,3 +213,29 @@ async def test_with_the_default_delay_a_stall_is_reported_at_the_window_and_deac
     assert done[1] == "Warning" and "every GPU idle for 2h" in done[3] and "deactivating it" in done[3]
     assert fake_api.observed_calls() <= CONTROLLER_API_CALLS | {DEACTIVATE_CALL}
     await rec.close()
+
+
+async def test_the_gauge_series_of_a_cluster_queue_go_with_it_and_come_back_with_it(fake_api, world, make_ctx):
+    # the gauges are set only when their value moved: a ClusterQueue that goes and comes back must
+    # still get its series again, with the value of the pass it is back in
+    base_world(world)
+    admitted_job(world)  # stalls in cq-a from T0
+    ctx = make_ctx()
+    rec = StallReconciler(ctx)
+    get = ctx.registry.get_sample_value
+    await rec.reconcile(world.snapshot(T0), T0)
+    assert get("queuepilot_stalled_workloads", {"cluster_queue": "cq-b"}) == 0
+    cq_b = world.get("ClusterQueue", "cq-b")
+    world.api.delete(cq_b["apiVersion"], "ClusterQueue", "cq-b")
+    await rec.reconcile(world.snapshot(T0 + 30), T0 + 30)
+    assert get("queuepilot_stalled_workloads", {"cluster_queue": "cq-b"}) is None  # gone with its queue
+    assert get("queuepilot_stalled_workload_gpus", {"cluster_queue": "cq-b"}) is None
+    world.add(k.cluster_queue("cq-b", {"a100": 64}))
+    await rec.reconcile(world.snapshot(T0 + 60), T0 + 60)
+    assert get("queuepilot_stalled_workloads", {"cluster_queue": "cq-b"}) == 0  # back, with its value
+    assert get("queuepilot_stalled_workload_gpus", {"cluster_queue": "cq-b"}) == 0
+    # the stalled job's queue, through the same passes: set when its value moved, kept when it did not
+    for t in (T0 + WINDOW, T0 + WINDOW + 30):
+        await rec.reconcile(world.snapshot(t), t)
+        assert get("queuepilot_stalled_workloads", {"cluster_queue": "cq-a"}) == 1
+        assert get("queuepilot_stalled_workload_gpus", {"cluster_queue": "cq-a"}) == 2
