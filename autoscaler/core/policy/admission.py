@@ -56,7 +56,6 @@ __all__ = [
     "RetryHistory",
     "decide_admissions",
     "eligible",
-    "our_pending_checks",
     "rebuild_ledger",
 ]
 
@@ -102,16 +101,6 @@ class AdmissionResult:
 def eligible(wl: WorkloadState) -> bool:
     """Kueue's guard (#3322/#3543): touch a workload only with quota reserved, not evicted/finished."""
     return wl.quota_reserved and wl.active and not wl.evicted and not wl.finished
-
-
-def our_pending_checks(wl: WorkloadState, snapshot: ClusterSnapshot, controller_name: str) -> tuple[str, ...]:
-    """Names of ``wl``'s check entries that are Pending and belong to an AdmissionCheck of ours."""
-    out = []
-    for c in wl.checks:
-        ac = snapshot.admission_checks.get(c.name)
-        if ac is not None and ac.controller_name == controller_name and c.state == CHECK_PENDING:
-            out.append(c.name)
-    return tuple(out)
 
 
 def _pending_in_order(snapshot: ClusterSnapshot, controller_name: str) -> list[tuple[WorkloadState, tuple[str, ...]]]:
