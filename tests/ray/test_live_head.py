@@ -285,7 +285,15 @@ async def test_each_source_on_its_own(head: Head, settled_status: RayStatus):
     async with aiohttp.ClientSession() as session:
         client = RayDashboardClient(session, token=head.token)
         assert await client.cluster_status(head.url) is None  # autoscaler v2: the JSON is null
-        text = await client.cluster_status_text(head.url)
+        # the autoscaler writes its status text at its own pace (each of its update rounds), which may
+        # trail the state API's view that ``settled_status`` waited for: wait for the text's view too
+        deadline = time.monotonic() + 45.0
+        while True:
+            text = await client.cluster_status_text(head.url)
+            if (text is not None and sum(i.count for i in text.items if i.kind == "task") == 6) \
+                    or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
         assert text is not None and text.autoscaler_version == "v2"
         # the text aggregates tasks and actors; it counts the same work the state API lists
         work = [d for d in settled_status.demand if d.kind != "placement_group"]
