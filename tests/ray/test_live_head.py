@@ -26,9 +26,10 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import pytest
@@ -51,6 +52,8 @@ EXPECTED = {
     ("placement_group", (("CPU", 1.0), ("GPU", 4.0)), 1, True, "PACK", None),  # INFEASIBLE
 }
 
+
+T = TypeVar("T")
 
 @dataclass
 class Head:
@@ -238,17 +241,27 @@ def demand_set(status: RayStatus) -> set[tuple]:
     }
 
 
-async def _settled(client: RayDashboardClient, url: str, wait_s: float = 45.0) -> RayStatus:
+async def _poll(fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool], wait_s: float = 45.0) -> T:
+    """``fetch`` every 0.5 s until ``done`` says its answer shows what the test submitted, or ``wait_s``
+    passed (then the last answer, for the test's assertions to explain)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        got = await fetch()
+        if done(got) or time.monotonic() > deadline:
+            return got
+        await asyncio.sleep(0.5)
+
+
+def _shows_submitted(status: RayStatus) -> bool:
+    gpus_in_use = [n.total.get("GPU", 0) - n.available.get("GPU", 0) for n in status.nodes]
+    return demand_set(status) == EXPECTED and gpus_in_use == [2.0]
+
+
+async def _settled(client: RayDashboardClient, url: str) -> RayStatus:
     """The dashboard's views catch up at their own pace (the task list ~1 s behind the driver,
     PGs become INFEASIBLE after a scheduling attempt, node use follows the raylet's reports):
     poll until the signal shows the submitted state, then let the tests assert on it."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        status = await client.fetch_status(url, now=time.time())
-        gpus_in_use = [n.total.get("GPU", 0) - n.available.get("GPU", 0) for n in status.nodes]
-        if (demand_set(status) == EXPECTED and gpus_in_use == [2.0]) or time.monotonic() > deadline:
-            return status
-        await asyncio.sleep(0.5)
+    return await _poll(lambda: client.fetch_status(url, now=time.time()), _shows_submitted)
 
 
 @pytest.fixture(scope="module")
@@ -287,13 +300,8 @@ async def test_each_source_on_its_own(head: Head, settled_status: RayStatus):
         assert await client.cluster_status(head.url) is None  # autoscaler v2: the JSON is null
         # the autoscaler writes its status text at its own pace (each of its update rounds), which may
         # trail the state API's view that ``settled_status`` waited for: wait for the text's view too
-        deadline = time.monotonic() + 45.0
-        while True:
-            text = await client.cluster_status_text(head.url)
-            if (text is not None and sum(i.count for i in text.items if i.kind == "task") == 6) \
-                    or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.5)
+        text = await _poll(lambda: client.cluster_status_text(head.url),
+                           lambda t: t is not None and sum(i.count for i in t.items if i.kind == "task") == 6)
         assert text is not None and text.autoscaler_version == "v2"
         # the text aggregates tasks and actors; it counts the same work the state API lists
         work = [d for d in settled_status.demand if d.kind != "placement_group"]
