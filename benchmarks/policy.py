@@ -1,7 +1,7 @@
 """Policy quality benchmark: the simulator over a month of the Philly trace, as a matrix.
 
 Every (utilization model, seed, GPU failure rate, policy) is one run; the queuepilot policies also
-run with stall reclaim on (under ``grounded`` by default); a sweep of the per-team worker cap
+run with stall reclaim on (under ``grounded`` and ``serving`` by default); a sweep of the per-team worker cap
 (``SimConfig.ray_max_quota_factor``) runs queuepilot and ray-idle under grounded, seed 1, the first
 failure rate.  Writes ``benchmarks/results/policy.md`` (summary, one table per model and failure
 rate, the targets with a met / not-met line each and a reading generated from the numbers, the cap
@@ -14,6 +14,7 @@ Numbers are reported, never asserted.
     .venv/bin/python benchmarks/policy.py --quick         # 168 h, seed 1, rate 0.01 -> policy-quick.*
     .venv/bin/python benchmarks/policy.py --models grounded --seeds 1 --rates 0.01 --policies queuepilot,ray-idle
     .venv/bin/python benchmarks/policy.py --render-only   # policy.json -> policy.md + matrix PNG
+    .venv/bin/python benchmarks/policy.py --merge a.json,b.json   # several runs' records -> policy.json + policy.md
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -207,6 +209,98 @@ def run_matrix(tasks: Sequence[Task], trace: str, start: str, hours: float, jobs
                 for f in finished:
                     done(f.result(), pending.pop(f))
     return records
+
+
+# ------------------------------------------------------------------------------------- merging
+def run_key(r: Mapping[str, Any]) -> tuple[str, int, float, str, float]:
+    """What one run of the matrix is: (model, seed, rate, label, cap)."""
+    return (r["model"], int(r["seed"]), float(r["rate"]), r["label"], float(r["cap"]))
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    """The first key (dotted) where two summaries differ, with both values."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+    return f"{path or 'summary'}: {a!r} against {b!r}"
+
+
+def _matrix_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A merged record's place: by model, seed, rate, then policy in the simulator's order, stall, cap."""
+    pols = list(POLICIES)
+    rank = (MODELS.index(r["model"]) if r["model"] in MODELS else len(MODELS),
+            pols.index(r["policy"]) if r["policy"] in pols else len(pols))
+    return (rank[0], int(r["seed"]), float(r["rate"]), rank[1], bool(r["stall_reclaim"]), float(r["cap"]))
+
+
+def _ordered(values: Iterable[Any], order: Sequence[Any] = ()) -> list[Any]:
+    """``values`` without repeats: those in ``order`` first, in its order, then the rest sorted."""
+    vals = set(values)
+    return [v for v in order if v in vals] + sorted(vals - set(order))
+
+
+def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dict[str, Any]:
+    """One matrix from the records of several runs of this script over the same window.
+
+    A run (``run_key``) that more than one source holds must have the same numbers in each, on every
+    key both report (the decisions did not change between their commits; a key only one reports, as
+    one an older commit did not write yet, is taken from it), else this refuses with the first
+    difference: rerun rather than merge.  Each record keeps the commit and date it was run at; the meta lists the
+    sources; the axes are their union; the reference run is the first source's."""
+    if not sources:
+        raise ValueError("nothing to merge")
+    first = sources[0][1]["meta"]
+    window = (Path(first["trace"]).name, first["start"], float(first["hours"]))
+    by_key: dict[tuple[str, int, float, str, float], dict[str, Any]] = {}
+    origin: dict[tuple[str, int, float, str, float], str] = {}
+    listed = []
+    for name, data in sources:
+        meta = data["meta"]
+        other = (Path(meta["trace"]).name, meta["start"], float(meta["hours"]))
+        if other != window:
+            raise ValueError(f"{name} ran another window ({other[2]:g} h from {other[1]} of {other[0]}) than "
+                             f"{sources[0][0]} ({window[2]:g} h from {window[1]} of {window[0]})")
+        for r in data["runs"]:
+            key = run_key(r)
+            if key in by_key:
+                kept = by_key[key]["summary"]
+                common = set(kept) & set(r["summary"])
+                a, b = ({k: kept[k] for k in common}, {k: r["summary"][k] for k in common})
+                if a != b:
+                    raise ValueError(f"{name} and {origin[key]} disagree on {key}: {_first_difference(a, b)} "
+                                     "(the decisions changed between their commits: rerun, do not merge)")
+                # a number only one of them reports (a key an older commit did not write) is taken
+                by_key[key]["summary"] = {**r["summary"], **kept}
+                continue
+            by_key[key] = {**r, "commit": r.get("commit", meta.get("commit", "?")),
+                           "date": r.get("date", meta.get("date", "?"))}
+            origin[key] = name
+        listed.append({"file": name, "commit": meta.get("commit", "?"), "date": meta.get("date", "?"),
+                       "command": meta.get("command", "?"), "runs": len(data["runs"]),
+                       "kept": sum(1 for n in origin.values() if n == name),
+                       "wall_s": meta.get("wall_s"), "processes": meta.get("processes")})
+    runs = sorted(by_key.values(), key=_matrix_order)
+    metas = [d["meta"] for _, d in sources]
+    meta = {
+        "command": command, "make_bench": False, "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        "commit": ", ".join(_ordered(m.get("commit", "?") for m in metas)),
+        "dirty": any(m.get("dirty") for m in metas), "machine": first.get("machine", "?"),
+        "cores": first.get("cores"), "processes": max(int(m.get("processes") or 1) for m in metas),
+        "wall_s": round(sum(float(m.get("wall_s") or 0.0) for m in metas), 1),
+        "run_s_sum": round(sum(float(r["secs"]) for r in runs), 1),
+        "run_cpu_s_sum": round(sum(float(r.get("cpu_s", r["secs"])) for r in runs), 1),
+        "load_s_sum": round(sum(float(r.get("load_s", 0.0)) for r in runs), 1),
+        "trace": first["trace"], "start": first["start"], "hours": first["hours"],
+        "models": _ordered((r["model"] for r in runs), MODELS),
+        "seeds": _ordered(int(r["seed"]) for r in runs), "rates": _ordered(float(r["rate"]) for r in runs),
+        "policies": _ordered((r["policy"] for r in runs), list(POLICIES)),
+        "stall_models": _ordered((r["model"] for r in runs if r["stall_reclaim"]), MODELS),
+        "caps": _ordered(float(r["cap"]) for r in runs),
+        "cap_policies": _ordered((r["policy"] for r in runs if r["cap"] != DEFAULT_CAP), list(POLICIES)),
+        "ref": first["ref"], "quick": False, "merged_from": listed,
+    }
+    return {"meta": meta, "runs": runs}
 
 
 # ------------------------------------------------------------------------------ reading numbers
@@ -727,6 +821,30 @@ def budget_section(sweep: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> 
     return lines
 
 
+def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
+    """Who made the page: the command and commit of one run of this script, or each source of a merge."""
+    cost = (f"summed run seconds {meta['run_s_sum']:,.0f} s "
+            + (f"({meta['run_cpu_s_sum']:,.0f} CPU s) " if "run_cpu_s_sum" in meta else "")
+            + f"(simulation only; trace loading {meta['load_s_sum']:,.0f} s more)")
+    dirty = " with uncommitted changes in the working tree" if meta.get("dirty") else ""
+    if "merged_from" not in meta:
+        return [f"Generated {meta['date']} by `{meta['command']}`"
+                + (" (`make bench` runs it)" if meta.get("make_bench") else "") + f", git {meta['commit']}{dirty}.",
+                f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} worker processes. Wall time "
+                f"{meta['wall_s'] / 60:.1f} min for {n_runs} runs; {cost}."]
+    lines = [f"Merged {meta['date']} by `{meta['command']}` from {len(meta['merged_from'])} runs of this script over "
+             f"the same window{dirty}: each run's numbers are those of the commit it ran at, and a run that more "
+             "than one of them holds was checked to have the same numbers in each (`merge` refuses otherwise). "
+             "`make bench` runs the whole matrix in one go instead.", ""]
+    for src in meta["merged_from"]:
+        wall = f", {float(src['wall_s']) / 60:.1f} min wall on {src['processes']} processes" if src.get("wall_s") else ""
+        lines.append(f"- `{src['file']}`: {src['kept']} of its {src['runs']} runs kept; git {src['commit']}, "
+                     f"{src['date']}{wall}: `{src['command']}`")
+    lines += ["", f"Machine: {meta['machine']}, {meta['cores']} cores. {n_runs} runs; wall time summed over the "
+              f"sources {meta['wall_s'] / 60:.1f} min; {cost}."]
+    return lines
+
+
 def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: str,
            sweep: Mapping[str, Any] | None = None) -> str:
     meta = data["meta"]
@@ -737,13 +855,7 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
     lines = [
         "# Policy benchmark (trace-driven simulation, a matrix)",
         "",
-        f"Generated {meta['date']} by `{meta['command']}`"
-        + (" (`make bench` runs it)" if meta.get("make_bench") else "") + f", git {meta['commit']}"
-        + (" with uncommitted changes in the working tree" if meta.get("dirty") else "") + ".",
-        f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} worker processes. Wall time "
-        f"{meta['wall_s'] / 60:.1f} min for {len(runs)} runs; summed run seconds {meta['run_s_sum']:,.0f} s "
-        + (f"({meta['run_cpu_s_sum']:,.0f} CPU s) " if "run_cpu_s_sum" in meta else "")
-        + f"(simulation only; trace loading {meta['load_s_sum']:,.0f} s more).",
+        *provenance(meta, len(runs)),
         "",
         f"Workload: Philly trace (`philly-pollux/philly.csv`), {meta['hours']:g} h from {meta['start']}; utilization "
         f"models {', '.join(f'`{m}`' for m in models)} (calibration: [utilization.md](utilization.md)); seeds "
@@ -876,6 +988,15 @@ def plot_reference(out: Path, prefix: str, runs: Sequence[Mapping[str, Any]]) ->
     plot_timeline(out / f"{prefix}_timeline.png", engines, ref[0]["total_gpus"])
 
 
+def reference_plots_from(source: Path, out: Path, prefix: str) -> None:
+    """A merge draws no reference plots (the runs' raw metrics are not kept): it keeps those of the first
+    source, which holds the reference run, under this page's prefix."""
+    for kind in ("wait_cdf", "idle_gpu_hours", "timeline"):
+        src, dst = source.with_name(f"{source.stem}_{kind}.png"), out / f"{prefix}_{kind}.png"
+        if src.is_file() and src.resolve() != dst.resolve():
+            shutil.copyfile(src, dst)
+
+
 # -------------------------------------------------------------------------------------- helios
 def helios_shape(shared: Path) -> dict[str, float] | None:
     path = shared / HELIOS
@@ -958,6 +1079,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="file prefix: NAME.md, NAME.json, NAME_*.png "
                    "(default policy, --quick: policy-quick)")
     p.add_argument("--render-only", action="store_true", help="re-render NAME.md and the matrix plot from NAME.json")
+    p.add_argument("--merge", type=_csv(str), default=None, metavar="JSON,JSON,...",
+                   help="write NAME.json / NAME.md from the runs of these policy*.json files (same window; a run "
+                        "that several hold must have equal numbers in each); runs nothing")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--plan", action="store_true", help="print the runs and the expected wall time on --jobs "
                    "processes (seconds per simulated hour from --costs-from), run nothing")
@@ -978,6 +1102,14 @@ def main(argv: list[str] | None = None) -> int:
         return plan(args, Path(args.costs_from) if args.costs_from else json_path)
     if args.render_only:
         data = json.loads(json_path.read_text())
+    elif args.merge:
+        try:
+            data = merge([(Path(f).name, json.loads(Path(f).read_text())) for f in args.merge],
+                         " ".join([".venv/bin/python benchmarks/policy.py", *argv]))
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"policy.py --merge: {e}") from None
+        reference_plots_from(Path(args.merge[0]), out, name)
+        json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     else:
         data = run(args, argv, json_path)
         plot_reference(out, name, data["runs"])

@@ -31,24 +31,12 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # utilization model, budgets 4 (the default) to 1000, ray-idle as the yardstick (19 runs); before
     # the policy page, which reads its verdicts (reclaim_budget.json) for the same window
     ("idle-actor reclaim budget (simulator)", "reclaim_budget.py", ()),
-    # the month under every utilization model and policy, seed 1, failure rate 0.01 (about 25 min on
-    # 2 cores); the whole matrix of 3 seeds x 2 failure rates is `benchmarks/policy.py` without flags
-    # (estimated 1 h 45 min on 2 cores) and writes the same page
-    ("policy quality (simulator)", "policy.py", ("--seeds", "1", "--rates", "0.01")),
-    # the headline across seeds and failure rates: grounded, seeds 1-3 x rates 0.01/0.05, queuepilot
-    # (plain, idle-actor reclaim, each with and without stall reclaim) against ray-idle (30 runs, 44 min
-    # wall on 2 cores, 2026-12-01)
-    ("policy across seeds and failure rates (simulator)", "policy.py",
-     ("--models", "grounded", "--seeds", "1,2,3", "--rates", "0.01,0.05", "--policies",
-      "queuepilot,queuepilot-reclaim,ray-idle", "--stall-models", "grounded", "--caps", "2",
-      "--name", "policy-seeds")),
-    # the same across seeds and failure rates for the other two models: scattered and serving, seeds 1-3 x
-    # rates 0.01/0.05, queuepilot (plain, idle-actor reclaim; under serving each also with stall reclaim)
-    # against ray-idle (48 runs, 81 min wall on 2 cores, 2026-12-02)
-    ("policy across seeds and failure rates, scattered and serving (simulator)", "policy.py",
-     ("--models", "scattered,serving", "--seeds", "1,2,3", "--rates", "0.01,0.05", "--policies",
-      "queuepilot,queuepilot-reclaim,ray-idle", "--stall-models", "serving", "--caps", "2",
-      "--name", "policy-seeds-scattered-serving")),
+    # the whole matrix (#11): the Philly month under every utilization model, seeds 1-3, GPU failure rates
+    # 0.01 and 0.05, every policy (the queuepilot ones also with stall reclaim under grounded and serving),
+    # plus the worker-cap sweep: 154 runs, one table per model and failure rate and a summary
+    # (`policy.py --plan` estimates its wall time from the last run's costs: some 1.5-4 h on 2 cores as
+    # this machine's speed moves; docs/simulation.md, "Speed")
+    ("policy quality, the whole matrix (simulator)", "policy.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
     # the same under the serving model, longer delays: whether any delay keeps killed work within 1 %

@@ -1,0 +1,99 @@
+"""benchmarks/policy.py --merge: one matrix from several runs of the script over the same window; a run
+two sources hold must agree on every number both report, else the merge refuses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from benchmarks import policy
+
+
+def record(model: str, seed: int, rate: float, pol: str, *, stall: bool = False, cap: float = policy.DEFAULT_CAP,
+           idle: float = 100.0, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "seed": seed, "rate": rate, "policy": pol, "stall_reclaim": stall, "cap": cap,
+            "label": policy.run_label(pol, stall), "secs": 10.0, "cpu_s": 9.0, "load_s": 1.0, "total_gpus": 896,
+            "summary": {"idle_gpu_hours_controllable": idle, **extra}}
+
+
+def source(commit: str, runs: list[dict[str, Any]], *, hours: float = 720.0, start: str = "2017-10-03",
+           wall_s: float = 60.0) -> dict[str, Any]:
+    return {"meta": {"commit": commit, "date": f"date of {commit}", "command": f"policy.py at {commit}",
+                     "trace": "/x/traces/philly-pollux/philly.csv", "start": start, "hours": hours,
+                     "machine": "m", "cores": 2, "processes": 2, "wall_s": wall_s, "dirty": False,
+                     "ref": ["grounded", 1, 0.01], "run_s_sum": 0.0, "load_s_sum": 0.0,
+                     # the axes as a run of the script writes them (a merge works out its own)
+                     "models": sorted({r["model"] for r in runs}), "seeds": sorted({r["seed"] for r in runs}),
+                     "rates": sorted({r["rate"] for r in runs}), "policies": sorted({r["policy"] for r in runs}),
+                     "stall_models": []}, "runs": runs}
+
+
+def test_disjoint_sources_give_their_union_with_each_runs_commit() -> None:
+    a = source("aaa", [record("serving", 1, 0.01, "ray-idle"), record("grounded", 1, 0.01, "ray-idle")])
+    b = source("bbb", [record("grounded", 2, 0.05, "static"), record("grounded", 1, 0.01, "queuepilot", stall=True)])
+    data = policy.merge([("a.json", a), ("b.json", b)], "merge a b")
+    keys = [policy.run_key(r) for r in data["runs"]]
+    # matrix order: model, seed, rate, then the simulator's policy order
+    assert keys == [("grounded", 1, 0.01, "queuepilot+stall", 2.0), ("grounded", 1, 0.01, "ray-idle", 2.0),
+                    ("grounded", 2, 0.05, "static", 2.0), ("serving", 1, 0.01, "ray-idle", 2.0)]
+    commits = {policy.run_key(r): r["commit"] for r in data["runs"]}
+    assert commits[("grounded", 2, 0.05, "static", 2.0)] == "bbb"
+    assert commits[("serving", 1, 0.01, "ray-idle", 2.0)] == "aaa"
+    meta = data["meta"]
+    assert meta["models"] == ["grounded", "serving"] and meta["seeds"] == [1, 2] and meta["rates"] == [0.01, 0.05]
+    assert meta["stall_models"] == ["grounded"] and meta["policies"] == ["queuepilot", "static", "ray-idle"]
+    assert meta["commit"] == "aaa, bbb" and meta["wall_s"] == 120.0 and meta["run_cpu_s_sum"] == 36.0
+    assert [(s["file"], s["runs"], s["kept"]) for s in meta["merged_from"]] == [("a.json", 2, 2), ("b.json", 2, 2)]
+
+
+def test_a_run_both_hold_is_kept_once_and_a_number_only_one_reports_is_taken() -> None:
+    old = source("old", [record("grounded", 1, 0.01, "ray-idle", idle=5.0)])
+    new = source("new", [record("grounded", 1, 0.01, "ray-idle", idle=5.0, actors_killed=3),
+                         record("grounded", 1, 0.01, "static", idle=9.0)])
+    data = policy.merge([("old.json", old), ("new.json", new)], "merge")
+    [ray] = [r for r in data["runs"] if r["policy"] == "ray-idle"]
+    assert ray["summary"] == {"idle_gpu_hours_controllable": 5.0, "actors_killed": 3}
+    assert ray["commit"] == "old"
+    assert [(s["runs"], s["kept"]) for s in data["meta"]["merged_from"]] == [(1, 1), (2, 1)]
+
+
+def test_sources_that_disagree_on_a_run_are_refused_with_the_first_difference() -> None:
+    a = source("aaa", [record("grounded", 1, 0.01, "ray-idle", by={"empty": 1.0, "stalled": 2.0})])
+    b = source("bbb", [record("grounded", 1, 0.01, "ray-idle", by={"empty": 1.0, "stalled": 2.5})])
+    with pytest.raises(ValueError, match=r"b\.json and a\.json disagree on \('grounded', 1, 0\.01, 'ray-idle', 2\.0\): "
+                                         r"by\.stalled: 2\.0 against 2\.5"):
+        policy.merge([("a.json", a), ("b.json", b)], "merge")
+
+
+def test_another_window_is_refused() -> None:
+    a = source("aaa", [record("grounded", 1, 0.01, "ray-idle")])
+    b = source("bbb", [record("grounded", 2, 0.01, "ray-idle")], hours=168.0)
+    with pytest.raises(ValueError, match=r"b\.json ran another window"):
+        policy.merge([("a.json", a), ("b.json", b)], "merge")
+
+
+def test_the_merged_page_names_every_source(tmp_path) -> None:
+    a = source("aaa", [record("grounded", 1, 0.01, "ray-idle"), record("grounded", 1, 0.01, "queuepilot")])
+    b = source("bbb", [record("grounded", 2, 0.01, "ray-idle"), record("grounded", 2, 0.01, "queuepilot")])
+    page = policy.render(policy.merge([("a.json", a), ("b.json", b)], "merge a b"), None, "policy")
+    assert "Merged " in page and "`merge a b`" in page
+    assert "- `a.json`: 2 of its 2 runs kept; git aaa" in page and "- `b.json`: 2 of its 2 runs kept; git bbb" in page
+    plain = policy.render(a, None, "policy")
+    assert "Merged" not in plain and "Generated date of aaa by `policy.py at aaa`, git aaa." in plain
+
+
+def test_the_command_line_merge_writes_the_page_and_refuses_in_one_line(tmp_path, capsys) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(source("aaa", [record("grounded", 1, 0.01, "ray-idle")])))
+    b.write_text(json.dumps(source("bbb", [record("grounded", 1, 0.05, "ray-idle")])))
+    (tmp_path / "a_timeline.png").write_bytes(b"png of the reference run")
+    out = tmp_path / "out"
+    assert policy.main(["--merge", f"{a},{b}", "--out", str(out), "--name", "m"]) == 0
+    merged = json.loads((out / "m.json").read_text())
+    assert merged["meta"]["rates"] == [0.01, 0.05] and len(merged["runs"]) == 2
+    assert (out / "m.md").read_text().startswith("# Policy benchmark")
+    assert (out / "m_timeline.png").read_bytes() == b"png of the reference run"
+    with pytest.raises(SystemExit, match=r"^policy.py --merge: .*missing\.json"):
+        policy.main(["--merge", f"{a},{tmp_path / 'missing.json'}", "--out", str(out), "--name", "m"])
