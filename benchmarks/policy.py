@@ -246,8 +246,8 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
     A run (``run_key``) that more than one source holds must have the same numbers in each, on every
     key both report (the decisions did not change between their commits; a key only one reports, as
     one an older commit did not write yet, is taken from it), else this refuses with the first
-    difference: rerun rather than merge.  Each record keeps the commit and date it was run at; the meta lists the
-    sources; the axes are their union; the reference run is the first source's."""
+    difference: rerun rather than merge.  Each record keeps the commit and date it was run at; the
+    meta lists the sources; the axes are their union; the reference run is the first source's."""
     if not sources:
         raise ValueError("nothing to merge")
     first = sources[0][1]["meta"]
@@ -284,7 +284,7 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
     metas = [d["meta"] for _, d in sources]
     meta = {
         "command": command, "make_bench": False, "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        "commit": ", ".join(_ordered(m.get("commit", "?") for m in metas)),
+        "commit": ", ".join(dict.fromkeys(str(m.get("commit", "?")) for m in metas)),  # in the sources' order
         "dirty": any(m.get("dirty") for m in metas), "machine": first.get("machine", "?"),
         "cores": first.get("cores"), "processes": max(int(m.get("processes") or 1) for m in metas),
         "wall_s": round(sum(float(m.get("wall_s") or 0.0) for m in metas), 1),
@@ -834,7 +834,7 @@ def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
                 f"{meta['wall_s'] / 60:.1f} min for {n_runs} runs; {cost}."]
     lines = [f"Merged {meta['date']} by `{meta['command']}` from {len(meta['merged_from'])} runs of this script over "
              f"the same window{dirty}: each run's numbers are those of the commit it ran at, and a run that more "
-             "than one of them holds was checked to have the same numbers in each (`merge` refuses otherwise). "
+             "than one of them holds was checked to agree on every number both report (`merge` refuses otherwise). "
              "`make bench` runs the whole matrix in one go instead.", ""]
     for src in meta["merged_from"]:
         wall = f", {float(src['wall_s']) / 60:.1f} min wall on {src['processes']} processes" if src.get("wall_s") else ""
