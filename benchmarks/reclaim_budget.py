@@ -50,7 +50,8 @@ DEFAULT_BUDGET = DEFAULTS.reclaim_budget_per_hour
 def run_one(args: tuple[str, str, int | None, bool, str, str, float, int, float]) -> dict[str, Any]:
     """One run in a pool worker: ``policy`` under ``model`` at ``budget`` (None: the baseline's run)."""
     policy, model, budget, stall, trace, start, hours, seed, rate = args
-    cfg = replace(SimConfig(), seed=seed, gpu_failure_rate=rate, stall_reclaim=stall, reclaim_budget_per_hour=budget)
+    cfg = replace(SimConfig(), seed=seed, gpu_failure_rate=rate, stall_reclaim=stall, reclaim_budget_per_hour=budget,
+                  rightsizing=False)
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     t0 = time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, policy, cfg)

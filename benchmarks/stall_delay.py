@@ -38,7 +38,7 @@ def run_one(args: tuple[str, float | None, str, str, float, str, int, float]) ->
     """One run in a pool worker: ``policy`` with stall reclaim at ``delay`` (None: the baseline)."""
     policy, delay, trace, start, hours, model, seed, rate = args
     cfg = replace(SimConfig(), seed=seed, gpu_failure_rate=rate, stall_reclaim=delay is not None,
-                  stall_deactivate_after_s=delay)
+                  stall_deactivate_after_s=delay, rightsizing=False)
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     t0 = time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, policy, cfg)

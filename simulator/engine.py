@@ -118,6 +118,11 @@ class SimConfig:
     # RayCluster in any hour; None: its default, 4), as a team that opts in would set it with the
     # queuepilot.io/reclaim-budget annotation (--reclaim-budget; benchmarks/reclaim_budget.py sweeps it)
     reclaim_budget_per_hour: int | None = None
+    # run the right-sizing feed (the controller's RecommendationReconciler): its recommendations are
+    # reported (``queuepilot simulate --json``'s ``recommendations``) and change no decision (nothing
+    # opts a simulated RayCluster in to the annotation), so a run that reports none of them may leave
+    # it out (the same summary, tested; a fifth of a baseline's run)
+    rightsizing: bool = True
     teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
 
 
@@ -269,11 +274,22 @@ class Engine:
                     continue
                 self.stall = r
             elif isinstance(r, RecommendationReconciler):
+                if not self.cfg.rightsizing:
+                    continue
                 self.recommend = r
             self.reconcilers.append(r)
         # a tick's snapshot builds its RayClusters at their first read where no reconciler reads them every
         # pass (the scaling and stall reconcilers do): under a baseline only the right-sizing feed does
         self._lazy_rays = self.scaling is None and self.stall is None
+        # the GPUs' utilization on a snapshot is read by the scaling, stall and right-sizing reconcilers,
+        # not by the admission check (health and free GPUs); where that check is the only reader (a
+        # baseline with the feed left out, ``SimConfig.rightsizing``) the snapshot's GPUs carry none
+        # (utilization unknown), and a node is built again when its pods or health change, not at each
+        # step of its jobs' utilization (the same decisions, tested)
+        self.snapshot_utilization = not (self.drive_reconcilers
+                                         and all(isinstance(r, AdmissionReconciler) for r in self.reconcilers))
+        if not self.snapshot_utilization:
+            self.snapshots.without_utilization()
         # accounting (docs/simulation.md, "Accounting"): RayJobs' idle class kept per workload and
         # summed incrementally (recomputed at its profile's next change point), busy intervals per team
         # ledger: what each GPU holder (a Ray worker pod, a running RayJob) contributes to a sample now:
@@ -881,6 +897,8 @@ class Engine:
 
     # ---- the GPU signal the reconcilers see
     def _mark_dirty(self, pod: str) -> None:
+        if not self.snapshot_utilization:
+            return  # the snapshot's GPUs carry no utilization
         for node, _ in self.cluster.pod_gpus.get(pod, ()):
             self.snapshots.utilization_changed(node.name)
 

@@ -178,8 +178,17 @@ class SnapshotBuilder:
             labels = self._labels[flavor] = frozen_map({FLAVOR_LABEL: flavor})
         return labels
 
+    def without_utilization(self) -> None:
+        """From now on the GPUs carry no utilization (as with no GPU signal), and a change of it is no
+        change of a node: for a world whose snapshot readers read none.  Before the first snapshot."""
+        if self.builds or self._nodes:
+            raise RuntimeError("simulator: the GPU utilization can be left out only before the first snapshot")
+        self._pod_util = None
+
     def utilization_changed(self, node: str) -> None:
         """A pod on ``node`` has a new GPU utilization in ``pod_util``: its NodeState is built anew."""
+        if self._pod_util is None:
+            return  # the GPUs carry no utilization: nothing on the node changed
         self._util_gen[node] = self._util_gen.get(node, 0) + 1
         self._changed.add(node)
 

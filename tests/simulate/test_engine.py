@@ -171,6 +171,35 @@ def test_a_report_only_stall_detector_changes_no_number(policy):
     assert runs[False][1] == runs[True][1]
 
 
+@pytest.mark.parametrize("policy", ["queuepilot-reclaim", "kueue-quota", "static", "hpa", "ray-idle", "keda"])
+def test_leaving_the_right_sizing_feed_out_changes_no_number(policy):
+    """``SimConfig.rightsizing``: the right-sizing feed only publishes recommendations (and posts
+    Events), which no decision reads, so a run without it (the policy benchmarks') gives the same
+    summary and the same admission Events; the run with it did recommend, and the admission check
+    (where the policy has it) did decide (else the comparison would say nothing).  Under a baseline the admission check is
+    then the snapshot's only reader, and the snapshot's GPUs carry no utilization
+    (``Engine.snapshot_utilization``): that too changes no decision."""
+    jobs = _small_jobs(30.0, seed=6)
+    runs = {}
+    for feed in (True, False):
+        e = Engine(jobs, 30 * 3600.0, policy, SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4,
+                                                        rightsizing=feed))
+        runs[feed] = (e, e.run().summary())
+    with_feed, without = runs[True][0], runs[False][0]
+    assert with_feed.recommend is not None and without.recommend is None
+    recs = with_feed.context.published.recommendations
+    assert any(r.recommended_gpus_per_worker is not None for r in recs), recs
+    assert not without.context.published.recommendations
+    baseline = without.policy.baseline is not None
+    assert with_feed.snapshot_utilization and without.snapshot_utilization is not baseline
+    if baseline:  # its snapshots' GPUs carry no utilization
+        assert all(g.utilization is None for n in without.snapshot(without.now).nodes.values() for g in n.gpus)
+    admission = {k: v for k, v in with_feed.writer.event_counts.items() if k[0] == "Workload"}
+    assert admission.get(("Workload", "Normal", "CapacityConfirmed"), 0) > 0 or not with_feed.policy.with_check
+    assert admission == {k: v for k, v in without.writer.event_counts.items() if k[0] == "Workload"}
+    assert runs[True][1] == runs[False][1]
+
+
 def test_the_stall_detector_runs_where_it_may_deactivate():
     on = Engine(_small_jobs(2.0), 2 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
     baseline = Engine(_small_jobs(2.0), 2 * 3600.0, "ray-idle", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
