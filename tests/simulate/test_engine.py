@@ -150,6 +150,16 @@ def test_admission_check_must_be_active_before_kueue_reserves_quota():
     assert e.checks_active == {"gpu-capacity": True}
 
 
+def _run_both(jobs, hours: float, policy: str, flag: str) -> dict[bool, tuple[Engine, dict]]:
+    """The same small world run with the ``SimConfig`` switch ``flag`` off and on: (engine, summary)."""
+    runs = {}
+    for on in (False, True):
+        cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, **{flag: on})
+        e = Engine(jobs, hours * 3600.0, policy, cfg)
+        runs[on] = (e, e.run().summary())
+    return runs
+
+
 @pytest.mark.parametrize("policy", ["queuepilot", "ray-idle"])
 def test_a_report_only_stall_detector_changes_no_number(policy):
     """``SimConfig.stall_report``: with nothing opted in to deactivation the stall detector only posts
@@ -160,11 +170,7 @@ def test_a_report_only_stall_detector_changes_no_number(policy):
                          levels=(0.9,))
     jobs = sorted([*_small_jobs(12.0, seed=5), Job(10**6, TEAMS[0], 600.0, 10_000.0, 8, 0.9, 0.0, prof)],
                   key=lambda j: j.submit)
-    runs = {}
-    for report in (False, True):
-        e = Engine(jobs, 12 * 3600.0, policy, SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4,
-                                                         stall_report=report))
-        runs[report] = (e, e.run().summary())
+    runs = _run_both(jobs, 12.0, policy, "stall_report")
     quiet, loud = runs[False][0], runs[True][0]
     assert quiet.stall is None and loud.stall is not None
     assert loud.writer.event_counts[("Workload", "Warning", "StalledWorkload")] > 0
@@ -176,15 +182,10 @@ def test_leaving_the_right_sizing_feed_out_changes_no_number(policy):
     """``SimConfig.rightsizing``: the right-sizing feed only publishes recommendations (and posts
     Events), which no decision reads, so a run without it (the policy benchmarks') gives the same
     summary and the same admission Events; the run with it did recommend, and the admission check
-    (where the policy has it) did decide (else the comparison would say nothing).  Under a baseline the admission check is
-    then the snapshot's only reader, and the snapshot's GPUs carry no utilization
-    (``Engine.snapshot_utilization``): that too changes no decision."""
-    jobs = _small_jobs(30.0, seed=6)
-    runs = {}
-    for feed in (True, False):
-        e = Engine(jobs, 30 * 3600.0, policy, SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4,
-                                                        rightsizing=feed))
-        runs[feed] = (e, e.run().summary())
+    (where the policy has it) did decide (else the comparison would say nothing).  Under a baseline
+    the admission check is then the snapshot's only reader, and the snapshot's GPUs carry no
+    utilization (``Engine.snapshot_utilization``): that too changes no decision."""
+    runs = _run_both(_small_jobs(30.0, seed=6), 30.0, policy, "rightsizing")
     with_feed, without = runs[True][0], runs[False][0]
     assert with_feed.recommend is not None and without.recommend is None
     recs = with_feed.context.published.recommendations
