@@ -281,8 +281,9 @@ class Engine:
         # a tick's snapshot builds its RayClusters at their first read where no reconciler reads them every
         # pass (the scaling and stall reconcilers do): under a baseline only the right-sizing feed does
         self._lazy_rays = self.scaling is None and self.stall is None
-        # the GPUs' utilization on a snapshot is read by the scaling, stall and right-sizing reconcilers,
-        # not by the admission check (health and free GPUs); where that check is the only reader (a
+        # the GPUs' utilization on a snapshot is read by the stall and right-sizing reconcilers (its source
+        # by the scaling reconciler's explanations), not by the admission check (health, pods, free
+        # GPUs); where that check is the only reader (a
         # baseline with the feed left out, ``SimConfig.rightsizing``) the snapshot's GPUs carry none
         # (utilization unknown), and a node is built again when its pods or health change, not at each
         # step of its jobs' utilization (the same decisions, tested)

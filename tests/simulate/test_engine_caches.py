@@ -18,10 +18,10 @@ from simulator.workload import SyntheticParams, synthetic
 TEAMS = ("team-a", "team-b", "team-c")
 
 
-def _engine(policy: str, hours: float = 8.0) -> Engine:
+def _engine(policy: str, hours: float = 8.0, *, rightsizing: bool = True) -> Engine:
     params = SyntheticParams(jobs_per_hour=20.0, teams=TEAMS, team_weights=(0.5, 0.3, 0.2))
     jobs = synthetic(hours, 5, 48, params).jobs
-    cfg = SimConfig(nodes=5, teams=TEAMS, gpu_failure_rate=0.5, repair_mean_s=3600.0, seed=4)
+    cfg = SimConfig(nodes=5, teams=TEAMS, gpu_failure_rate=0.5, repair_mean_s=3600.0, seed=4, rightsizing=rightsizing)
     return Engine(jobs, hours * 3600.0, policy, cfg)
 
 
@@ -71,9 +71,14 @@ def _fresh_pod_util(e: Engine) -> dict[str, float]:
     return util
 
 
-@pytest.mark.parametrize("policy", ["queuepilot-reclaim", "hpa", "kueue-quota"])
-def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str) -> None:
-    e = _engine(policy)
+@pytest.mark.parametrize(("policy", "rightsizing"), [("queuepilot-reclaim", True), ("hpa", True), ("kueue-quota", True),
+                                                    ("hpa", False)])
+def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing: bool) -> None:
+    """Every cache against a builder with none, off the control interval; without the right-sizing
+    feed a baseline's snapshot carries no GPU utilization, and its nodes, built again only when their
+    pods or health change, equal fresh ones without it."""
+    e = _engine(policy, rightsizing=rightsizing)
+    assert e.snapshot_utilization is (rightsizing or e.policy.baseline is None)
 
     async def go() -> int:
         e.start()
@@ -83,7 +88,8 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str) -> None:
             t += 47.0  # off the control interval: caches are read between ticks too
             await e.advance(t)
             snap = e.snapshot(e.now)
-            fresh = SnapshotBuilder(e.cluster, e.kueue, e.policy.with_check, pod_util=_fresh_pod_util(e))
+            fresh = SnapshotBuilder(e.cluster, e.kueue, e.policy.with_check,
+                                    pod_util=_fresh_pod_util(e) if e.snapshot_utilization else None)
             want = fresh.build(e.now, e.workloads.values(), e.rays.values(), e.checks_active)
             # the AdmissionCheck's resourceVersion counts the builder's own history, not a cache
             assert snap == replace(want, admission_checks=snap.admission_checks)
