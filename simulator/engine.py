@@ -283,10 +283,10 @@ class Engine:
         self._lazy_rays = self.scaling is None and self.stall is None
         # the GPUs' utilization on a snapshot is read by the stall and right-sizing reconcilers (its source
         # by the scaling reconciler's explanations), not by the admission check (health, pods, free
-        # GPUs); where that check is the only reader (a
-        # baseline with the feed left out, ``SimConfig.rightsizing``) the snapshot's GPUs carry none
-        # (utilization unknown), and a node is built again when its pods or health change, not at each
-        # step of its jobs' utilization (the same decisions, tested)
+        # GPUs); where that check is the only reader (a baseline with the feed left out,
+        # ``SimConfig.rightsizing``) the snapshot's GPUs carry none (utilization unknown), and a node is
+        # built again when its pods or health change, not at each step of its jobs' utilization (the
+        # same decisions, tested)
         self.snapshot_utilization = not (self.drive_reconcilers
                                          and all(isinstance(r, AdmissionReconciler) for r in self.reconcilers))
         if not self.snapshot_utilization:
