@@ -249,7 +249,9 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
     key both report (the decisions did not change between their commits; a key only one reports, as
     one an older commit did not write yet, is taken from it), else this refuses with the first
     difference: rerun rather than merge.  Each record keeps the commit and date it was run at; the
-    meta lists the sources; the axes are their union; the reference run is the first source's."""
+    meta lists the sources; the axes are their union; the reference run is the first source's.  A
+    source that is itself a merge (the page, to check later runs against it) must come first: all its
+    runs are kept and its own sources are listed in its place."""
     if not sources:
         raise ValueError("nothing to merge")
     first = sources[0][1]["meta"]
@@ -257,8 +259,12 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
     by_key: dict[tuple[str, int, float, str, float], dict[str, Any]] = {}
     origin: dict[tuple[str, int, float, str, float], str] = {}
     listed = []
-    for name, data in sources:
+    for i, (name, data) in enumerate(sources):
         meta = data["meta"]
+        nested = meta.get("merged_from")
+        if nested and i:
+            raise ValueError(f"{name} is itself a merge: name it first (its runs are then all kept and its "
+                             "sources listed)")
         other = (Path(meta["trace"]).name, meta["start"], float(meta["hours"]))
         if other != window:
             raise ValueError(f"{name} ran another window ({other[2]:g} h from {other[1]} of {other[0]}) than "
@@ -278,6 +284,9 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
             by_key[key] = {**r, "commit": r.get("commit", meta.get("commit", "?")),
                            "date": r.get("date", meta.get("date", "?"))}
             origin[key] = name
+        if nested:  # first, so every run it holds was kept: its sources' counts stand
+            listed.extend(dict(src) for src in nested)
+            continue
         listed.append({"file": name, "commit": meta.get("commit", "?"), "date": meta.get("date", "?"),
                        "command": meta.get("command", "?"), "runs": len(data["runs"]),
                        "kept": sum(1 for n in origin.values() if n == name),

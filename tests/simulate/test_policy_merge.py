@@ -97,3 +97,23 @@ def test_the_command_line_merge_writes_the_page_and_refuses_in_one_line(tmp_path
     assert (out / "m_timeline.png").read_bytes() == b"png of the reference run"
     with pytest.raises(SystemExit, match=r"^policy.py --merge: .*missing\.json"):
         policy.main(["--merge", f"{a},{tmp_path / 'missing.json'}", "--out", str(out), "--name", "m"])
+
+
+def test_a_merged_page_merged_again_lists_its_sources_and_must_come_first() -> None:
+    """The page itself (a merge) checked against a later run: its runs are kept, its own sources listed
+    in its place with their counts, the later run's held runs compared (and refused on a difference)."""
+    a = source("aaa", [record("grounded", 1, 0.01, "ray-idle", idle=5.0)])
+    b = source("bbb", [record("grounded", 1, 0.01, "static", idle=9.0)])
+    page = policy.merge([("a.json", a), ("b.json", b)], "merge a b")
+    later = source("ccc", [record("grounded", 1, 0.01, "static", idle=9.0), record("serving", 1, 0.01, "static")])
+    data = policy.merge([("policy.json", page), ("later.json", later)], "merge page later")
+    assert [(s["file"], s["commit"], s["runs"], s["kept"]) for s in data["meta"]["merged_from"]] == [
+        ("a.json", "aaa", 1, 1), ("b.json", "bbb", 1, 1), ("later.json", "ccc", 2, 1)]
+    commits = {policy.run_key(r): r["commit"] for r in data["runs"]}
+    assert commits[("grounded", 1, 0.01, "static", 2.0)] == "bbb" and commits[("serving", 1, 0.01, "static", 2.0)] == "ccc"
+    assert data["meta"]["commit"] == "aaa, bbb, ccc" and data["meta"]["wall_s"] == 180.0
+    with pytest.raises(ValueError, match=r"policy\.json is itself a merge: name it first"):
+        policy.merge([("later.json", later), ("policy.json", page)], "merge")
+    wrong = source("ddd", [record("grounded", 1, 0.01, "static", idle=9.5)])
+    with pytest.raises(ValueError, match=r"wrong\.json and policy\.json disagree"):
+        policy.merge([("policy.json", page), ("wrong.json", wrong)], "merge")
