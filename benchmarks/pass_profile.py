@@ -24,7 +24,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from autoscaler.controller.scaling import ScalingReconciler  # noqa: E402
 from autoscaler.core.snapshot import ClusterSnapshot  # noqa: E402
-from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import bench_config, page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
-from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
+from simulator.engine import POLICIES, Engine  # noqa: E402
 from simulator.snapshot import RayClusterMap  # noqa: E402
 
 # (policy, stall reclaim): queuepilot as deployed to cut waste, Ray's own autoscaler, and the floor (static)
@@ -163,8 +162,7 @@ def run_one(args: tuple[str, str, str, float, str, int, float]) -> dict[str, Any
     """One profiled run in a pool worker: ``label`` is a policy, ``+stall`` for stall reclaim on."""
     label, trace, start, hours, model, seed, rate = args
     policy, stall = label.removesuffix("+stall"), label.endswith("+stall")
-    # as the policy benchmarks run it: the right-sizing feed left out (``SimConfig.rightsizing``)
-    cfg = replace(SimConfig(), seed=seed, gpu_failure_rate=rate, stall_reclaim=stall, rightsizing=False)
+    cfg = bench_config(seed=seed, gpu_failure_rate=rate, stall_reclaim=stall)  # as the policy benchmarks run
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     eng = Engine(window.jobs, hours * 3600.0, policy, cfg)
     prof = PassProfile()

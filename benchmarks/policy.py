@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import reclaim_budget as budget_sweep  # noqa: E402
+from benchmarks.sim_runs import bench_config  # noqa: E402
 from simulator.cli import default_trace, load_window  # noqa: E402
 from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
 
@@ -104,9 +105,7 @@ def is_reference(task: Task, ref: tuple[str, int, float]) -> bool:
 
 
 def sim_config(task: Task) -> SimConfig:
-    # the page reports no right-sizing recommendation: the feed is left out (SimConfig.rightsizing)
-    cfg = replace(SimConfig(), seed=task.seed, gpu_failure_rate=task.rate, ray_max_quota_factor=task.cap,
-                  rightsizing=False)
+    cfg = bench_config(seed=task.seed, gpu_failure_rate=task.rate, ray_max_quota_factor=task.cap)
     if task.stall_reclaim:
         names = {f.name for f in fields(SimConfig)}
         if "stall_reclaim" not in names:

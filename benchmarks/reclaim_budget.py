@@ -25,7 +25,6 @@ import argparse
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults  # noqa: E402
-from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import bench_config, page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
-from simulator.engine import Engine, SimConfig  # noqa: E402
+from simulator.engine import Engine  # noqa: E402
 from simulator.metrics import CONTROLLABLE_CLASSES  # noqa: E402
 
 BASELINE = "ray-idle"
@@ -50,8 +49,7 @@ DEFAULT_BUDGET = DEFAULTS.reclaim_budget_per_hour
 def run_one(args: tuple[str, str, int | None, bool, str, str, float, int, float]) -> dict[str, Any]:
     """One run in a pool worker: ``policy`` under ``model`` at ``budget`` (None: the baseline's run)."""
     policy, model, budget, stall, trace, start, hours, seed, rate = args
-    cfg = replace(SimConfig(), seed=seed, gpu_failure_rate=rate, stall_reclaim=stall, reclaim_budget_per_hour=budget,
-                  rightsizing=False)
+    cfg = bench_config(seed=seed, gpu_failure_rate=rate, stall_reclaim=stall, reclaim_budget_per_hour=budget)
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     t0 = time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, policy, cfg)

@@ -1,6 +1,8 @@
 """What the knob-sweep benchmarks (``stall_delay.py``, ``reclaim_budget.py``) share: their simulator runs
 in a process pool behind a progress bar, and the provenance their pages print (when, by which command,
-at which commit, on what machine), read before the runs so that a commit made meanwhile is not named."""
+at which commit, on what machine), read before the runs so that a commit made meanwhile is not named;
+and the simulator configuration every benchmark page runs (``bench_config``, ``policy.py`` and
+``pass_profile.py`` too)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,23 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from simulator.engine import SimConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+
+
+def bench_config(**changes: Any) -> SimConfig:
+    """``SimConfig`` with ``changes``, as the benchmark pages run it: the right-sizing feed left out
+    (``SimConfig.rightsizing``: no page reports a recommendation, and it changes no decision)."""
+    from dataclasses import replace
+
+    from simulator.engine import SimConfig
+
+    return replace(SimConfig(), rightsizing=False, **changes)
 
 
 def window_parser(doc: str | None, name: str) -> argparse.ArgumentParser:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
-from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import bench_config, page_data, provenance, run_pool, window_parser  # noqa: E402
 from simulator.cli import load_window  # noqa: E402
-from simulator.engine import Engine, SimConfig  # noqa: E402
+from simulator.engine import Engine  # noqa: E402
 
 BASELINE = "ray-idle"
 POLICY = "queuepilot"
@@ -37,8 +36,8 @@ DEFAULT_DELAYS = ("30m", "1h", "2h", "4h")
 def run_one(args: tuple[str, float | None, str, str, float, str, int, float]) -> dict[str, Any]:
     """One run in a pool worker: ``policy`` with stall reclaim at ``delay`` (None: the baseline)."""
     policy, delay, trace, start, hours, model, seed, rate = args
-    cfg = replace(SimConfig(), seed=seed, gpu_failure_rate=rate, stall_reclaim=delay is not None,
-                  stall_deactivate_after_s=delay, rightsizing=False)
+    cfg = bench_config(seed=seed, gpu_failure_rate=rate, stall_reclaim=delay is not None,
+                       stall_deactivate_after_s=delay)
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     t0 = time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, policy, cfg)

@@ -898,8 +898,6 @@ class Engine:
 
     # ---- the GPU signal the reconcilers see
     def _mark_dirty(self, pod: str) -> None:
-        if not self.snapshot_utilization:
-            return  # the snapshot's GPUs carry no utilization
         for node, _ in self.cluster.pod_gpus.get(pod, ()):
             self.snapshots.utilization_changed(node.name)
 
