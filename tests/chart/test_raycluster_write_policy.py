@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import celpy  # cel-python (a declared dependency) evaluates the policy's CEL
 import jsonpatch
 import kubernetes_validate
 import pytest
@@ -26,8 +27,6 @@ from autoscaler.core.policy.scaling import GroupDecision
 from tests.chart.crd_schema import crd_validator
 from tests.chart.helm import HELMS, NAMESPACE, RELEASE, render
 from tests.controller import objects as o
-
-celpy = pytest.importorskip("celpy", reason="cel-python evaluates the policy's CEL")
 
 VAP_API = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
 CONTROLLER_SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-queuepilot-controller"
