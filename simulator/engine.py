@@ -281,14 +281,16 @@ class Engine:
         # a tick's snapshot builds its RayClusters at their first read where no reconciler reads them every
         # pass (the scaling and stall reconcilers do): under a baseline only the right-sizing feed does
         self._lazy_rays = self.scaling is None and self.stall is None
-        # the GPUs' utilization on a snapshot is read by the stall and right-sizing reconcilers (its source
-        # by the scaling reconciler's explanations), not by the admission check (health, pods, free
-        # GPUs); where that check is the only reader (a baseline with the feed left out,
-        # ``SimConfig.rightsizing``) the snapshot's GPUs carry none (utilization unknown), and a node is
-        # built again when its pods or health change, not at each step of its jobs' utilization (the
-        # same decisions, tested)
-        self.snapshot_utilization = not (self.drive_reconcilers
-                                         and all(isinstance(r, AdmissionReconciler) for r in self.reconcilers))
+        # the GPUs' utilization on a snapshot is read by the stall detector and the right-sizing feed; the
+        # scaling reconciler reads only which series it came from (``utilization_source``, named in its
+        # explanations; its decisions read the workers' own utilization), the admission check neither
+        # (health, pods, free GPUs).  Where neither reader runs (the policy benchmarks leave the feed
+        # out, ``SimConfig.rightsizing``; the stall detector runs with stall reclaim or its report) the
+        # snapshot's GPUs carry none (utilization unknown), and a node is built again when its pods or
+        # health change, not at each step of its jobs' utilization: the same decisions (tested); the
+        # scaler's messages then say "GPU use" where they named the series
+        self.snapshot_utilization = not self.drive_reconcilers or any(
+            isinstance(r, (StallReconciler, RecommendationReconciler)) for r in self.reconcilers)
         if not self.snapshot_utilization:
             self.snapshots.without_utilization()
         # accounting (docs/simulation.md, "Accounting"): RayJobs' idle class kept per workload and
@@ -865,7 +867,7 @@ class Engine:
             e = (until, u, cls, cls == "starting", 1)  # a task's own start-up: no scaler avoids it
         self._l_put(key, e)
         self._ledger_ref[key] = ("w", rc.team, wk.name)
-        if self._pod_util.get(key) != u:
+        if self.snapshot_utilization and self._pod_util.get(key) != u:  # the GPU signal, where read
             self._pod_util[key] = u
             self._mark_dirty(key)
 
@@ -890,6 +892,8 @@ class Engine:
             e = (until, u * gpus, cls, cls == "starting", gpus)
         self._l_put(w.name, e)
         self._ledger_ref[w.name] = ("j", w.name)
+        if not self.snapshot_utilization:
+            return  # no snapshot reader reads the GPU signal's values
         for i in range(w.job.pods):
             pod = f"{w.namespace}/{w.name}-{i}"
             if self._pod_util.get(pod) != u:

@@ -181,24 +181,48 @@ def test_a_report_only_stall_detector_changes_no_number(policy):
 def test_leaving_the_right_sizing_feed_out_changes_no_number(policy):
     """``SimConfig.rightsizing``: the right-sizing feed only publishes recommendations (and posts
     Events), which no decision reads, so a run without it (the policy benchmarks') gives the same
-    summary and the same admission Events; the run with it did recommend, and the admission check
-    (where the policy has it) did decide (else the comparison would say nothing).  Under a baseline
-    the admission check is then the snapshot's only reader, and the snapshot's GPUs carry no
-    utilization (``Engine.snapshot_utilization``): that too changes no decision."""
+    summary and the same Events; the run with it did recommend, and the admission check (where the
+    policy has it) did decide (else the comparison would say nothing).  Without the feed or the stall
+    detector no reconciler reads the GPUs' utilization on a snapshot (the scaler names its series in
+    its messages, no more), so the snapshot's GPUs carry none (``Engine.snapshot_utilization``): that
+    too changes no decision, and no Event but for the series' name in a scaler's message."""
     runs = _run_both(_small_jobs(30.0, seed=6), 30.0, policy, "rightsizing")
     with_feed, without = runs[True][0], runs[False][0]
     assert with_feed.recommend is not None and without.recommend is None
     recs = with_feed.context.published.recommendations
     assert any(r.recommended_gpus_per_worker is not None for r in recs), recs
     assert not without.context.published.recommendations
-    baseline = without.policy.baseline is not None
-    assert with_feed.snapshot_utilization and without.snapshot_utilization is not baseline
-    if baseline:  # its snapshots' GPUs carry no utilization
-        assert all(g.utilization is None for n in without.snapshot(without.now).nodes.values() for g in n.gpus)
+    assert with_feed.snapshot_utilization and not without.snapshot_utilization
+    assert all(g.utilization is None for n in without.snapshot(without.now).nodes.values() for g in n.gpus)
     admission = {k: v for k, v in with_feed.writer.event_counts.items() if k[0] == "Workload"}
     assert admission.get(("Workload", "Normal", "CapacityConfirmed"), 0) > 0 or not with_feed.policy.with_check
-    assert admission == {k: v for k, v in without.writer.event_counts.items() if k[0] == "Workload"}
+    feed_reasons = {"RecommendationChanged"}
+    assert ({k: v for k, v in with_feed.writer.event_counts.items() if k[2] not in feed_reasons}
+            == without.writer.event_counts)
+    # the same Events in the same order, for the same objects at the same times; a message differs
+    # only where it named the GPU series the scaler's workers were measured by
+    mine = [e for e in with_feed.writer.events if e.reason not in feed_reasons]
+    theirs = list(without.writer.events)
+    assert len(mine) == len(theirs) > 0
+    for a, b in zip(mine, theirs, strict=True):
+        assert (a.kind, a.namespace, a.name, a.type, a.reason, a.at) == (b.kind, b.namespace, b.name, b.type,
+                                                                          b.reason, b.at)
+        assert a.message == b.message or ("gpu_util" in a.message and "gpu_util" not in b.message), (a, b)
+    if with_feed.scaling is not None:  # the scaler decided something worth an Event in both runs
+        assert any(k[0] == "RayCluster" for k in without.writer.event_counts), without.writer.event_counts
     assert runs[True][1] == runs[False][1]
+
+
+def test_the_snapshot_carries_the_gpus_utilization_where_the_stall_detector_reads_it():
+    """The stall detector reads the GPUs' utilization on the snapshot: with it on (reclaim or report
+    only), the feed left out, the GPUs carry the utilization the jobs run at."""
+    for flags in ({"stall_reclaim": True}, {"stall_report": True}):
+        cfg = SimConfig(nodes=4, teams=TEAMS, rightsizing=False, **flags)
+        e = Engine(_small_jobs(6.0, seed=3), 6 * 3600.0, "queuepilot", cfg)
+        assert e.stall is not None and e.snapshot_utilization, flags
+        e.run()
+        seen = [g.utilization for n in e.snapshot(e.now).nodes.values() for g in n.gpus if g.pod is not None]
+        assert seen and all(u is not None for u in seen), flags
 
 
 def test_the_stall_detector_runs_where_it_may_deactivate():
