@@ -284,15 +284,20 @@ class Engine:
         # the GPUs' utilization on a snapshot is read by the stall detector and the right-sizing feed; the
         # scaling reconciler reads only which series it came from (``utilization_source``, named in its
         # explanations; its decisions read the workers' own utilization), the admission check neither
-        # (health, pods, free GPUs).  Where neither reader runs (the policy benchmarks leave the feed
-        # out, ``SimConfig.rightsizing``; the stall detector runs with stall reclaim or its report) the
-        # snapshot's GPUs carry none (utilization unknown), and a node is built again when its pods or
-        # health change, not at each step of its jobs' utilization: the same decisions (tested); the
-        # scaler's messages then say "GPU use" where they named the series
-        self.snapshot_utilization = not self.drive_reconcilers or any(
-            isinstance(r, (StallReconciler, RecommendationReconciler)) for r in self.reconcilers)
+        # (health, pods, free GPUs).  The stall detector reads only the GPUs of Workloads' pods (here a
+        # RayJob's; no Workload owns a team's RayCluster, so it attributes no Ray worker's GPU).  Where
+        # the feed does not run (the policy benchmarks leave it out, ``SimConfig.rightsizing``) a Ray
+        # worker's GPUs carry no utilization (unknown), and where the stall detector does not run either
+        # (it runs with stall reclaim or its report) no GPU does: a node is built again when its pods or
+        # health change, or a RayJob's utilization steps where it is read, not at each step of every
+        # job's.  The same decisions (tested); the scaler's messages then say "GPU use" where they named
+        # the series
+        self.snapshot_utilization = not self.drive_reconcilers or self.stall is not None or self.recommend is not None
+        self.worker_gpu_utilization = not self.drive_reconcilers or self.recommend is not None
         if not self.snapshot_utilization:
             self.snapshots.without_utilization()
+        elif not self.worker_gpu_utilization:
+            self.snapshots.without_utilization(of=self.ray_worker_pod)
         # accounting (docs/simulation.md, "Accounting"): RayJobs' idle class kept per workload and
         # summed incrementally (recomputed at its profile's next change point), busy intervals per team
         # ledger: what each GPU holder (a Ray worker pod, a running RayJob) contributes to a sample now:
@@ -867,7 +872,7 @@ class Engine:
             e = (until, u, cls, cls == "starting", 1)  # a task's own start-up: no scaler avoids it
         self._l_put(key, e)
         self._ledger_ref[key] = ("w", rc.team, wk.name)
-        if self.snapshot_utilization and self._pod_util.get(key) != u:  # the GPU signal, where read
+        if self.worker_gpu_utilization and self._pod_util.get(key) != u:  # the GPU signal, where read
             self._pod_util[key] = u
             self._mark_dirty(key)
 
@@ -901,6 +906,12 @@ class Engine:
                 self._mark_dirty(pod)
 
     # ---- the GPU signal the reconcilers see
+    def ray_worker_pod(self, pod: str) -> bool:
+        """Whether ``"<namespace>/<pod>"`` is a Ray worker's pod (of the team's RayCluster)."""
+        ns, _, name = pod.partition("/")
+        rc = self.rays.get(ns)
+        return rc is not None and name in rc.workers
+
     def _mark_dirty(self, pod: str) -> None:
         for node, _ in self.cluster.pod_gpus.get(pod, ()):
             self.snapshots.utilization_changed(node.name)

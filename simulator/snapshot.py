@@ -11,7 +11,7 @@ snapshots.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from autoscaler.core.snapshot import (
     AUTOSCALE_ANNOTATION,
@@ -124,6 +124,7 @@ class SnapshotBuilder:
         self.kueue = kueue
         self.with_check = with_check
         self._pod_util = pod_util
+        self._unread: Callable[[str], bool] | None = None  # the pods whose GPUs carry no utilization
         self.builds = 0  # snapshots built (a RayClusterMap read after a later build fails)
         self._util_gen: dict[str, int] = {}  # node -> bumped when a pod's utilization there changed
         self._nodes: dict[str, tuple[tuple[int, int], NodeState]] = {}
@@ -178,12 +179,17 @@ class SnapshotBuilder:
             labels = self._labels[flavor] = frozen_map({FLAVOR_LABEL: flavor})
         return labels
 
-    def without_utilization(self) -> None:
+    def without_utilization(self, of: Callable[[str], bool] | None = None) -> None:
         """From now on the GPUs carry no utilization (as with no GPU signal), and a change of it is no
-        change of a node: for a world whose snapshot readers read none.  Before the first snapshot."""
+        change of a node: for a world whose snapshot readers read none.  ``of``: only the GPUs of the
+        pods it selects (by ``"<namespace>/<pod>"``) carry none, for readers that read the others
+        only; the owner then calls ``utilization_changed`` for the others' pods alone.  Before the
+        first snapshot."""
         if self.builds or self._nodes:
             raise RuntimeError("simulator: the GPU utilization can be left out only before the first snapshot")
-        self._pod_util = None
+        if of is None:
+            self._pod_util = None
+        self._unread = of
 
     def utilization_changed(self, node: str) -> None:
         """A pod on ``node`` has a new GPU utilization in ``pod_util``: its NodeState is built anew."""
@@ -197,12 +203,11 @@ class SnapshotBuilder:
         cached = self._nodes.get(n.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        util = self._pod_util
-        source = "gpu_util" if util is not None else ""
+        util, unread = self._pod_util, self._unread
         old = cached[1].gpus if cached is not None and len(cached[1].gpus) == n.gpus else None
         gpus = []
         for i, o in enumerate(n.owner):
-            u = None if util is None else util.get(o, 0.0) if o else 0.0
+            u = None if util is None or (o and unread is not None and unread(o)) else util.get(o, 0.0) if o else 0.0
             healthy = n.healthy[i]
             prev = old[i] if old is not None else None
             pod = self._pod_keys.get(o) if o else None
@@ -215,7 +220,8 @@ class SnapshotBuilder:
                 continue
             gpus.append(GpuState(
                 uuid=f"GPU-{n.name}-{i}", node=n.name, index=i, model=GPU_MODEL, healthy=healthy,
-                health_reason="" if healthy else "XidFatal", utilization=u, utilization_source=source, pod=pod,
+                health_reason="" if healthy else "XidFatal", utilization=u,
+                utilization_source="gpu_util" if u is not None else "", pod=pod,
             ))
         state = NodeState(
             name=n.name, labels=self._flavor_labels(n.flavor), gpu_allocatable=n.gpus,

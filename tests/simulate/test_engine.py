@@ -150,11 +150,12 @@ def test_admission_check_must_be_active_before_kueue_reserves_quota():
     assert e.checks_active == {"gpu-capacity": True}
 
 
-def _run_both(jobs, hours: float, policy: str, flag: str) -> dict[bool, tuple[Engine, dict]]:
-    """The same small world run with the ``SimConfig`` switch ``flag`` off and on: (engine, summary)."""
+def _run_both(jobs, hours: float, policy: str, flag: str, **config) -> dict[bool, tuple[Engine, dict]]:
+    """The same small world run with the ``SimConfig`` switch ``flag`` off and on (and ``config``):
+    (engine, summary)."""
     runs = {}
     for on in (False, True):
-        cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, **{flag: on})
+        cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, **config, **{flag: on})
         e = Engine(jobs, hours * 3600.0, policy, cfg)
         runs[on] = (e, e.run().summary())
     return runs
@@ -177,6 +178,21 @@ def test_a_report_only_stall_detector_changes_no_number(policy):
     assert runs[False][1] == runs[True][1]
 
 
+def _same_events(with_feed: Engine, without: Engine) -> None:
+    """The same Events but the feed's, in the same order, for the same objects at the same times; a
+    message differs only where it named the GPU series the scaler's workers were measured by."""
+    feed_reasons = {"RecommendationChanged"}
+    assert ({k: v for k, v in with_feed.writer.event_counts.items() if k[2] not in feed_reasons}
+            == without.writer.event_counts)
+    mine = [e for e in with_feed.writer.events if e.reason not in feed_reasons]
+    theirs = list(without.writer.events)
+    assert len(mine) == len(theirs) > 0
+    for a, b in zip(mine, theirs, strict=True):
+        assert (a.kind, a.namespace, a.name, a.type, a.reason, a.at) == (b.kind, b.namespace, b.name, b.type,
+                                                                          b.reason, b.at)
+        assert a.message == b.message or ("gpu_util" in a.message and "gpu_util" not in b.message), (a, b)
+
+
 @pytest.mark.parametrize("policy", ["queuepilot-reclaim", "kueue-quota", "static", "hpa", "ray-idle", "keda"])
 def test_leaving_the_right_sizing_feed_out_changes_no_number(policy):
     """``SimConfig.rightsizing``: the right-sizing feed only publishes recommendations (and posts
@@ -196,33 +212,48 @@ def test_leaving_the_right_sizing_feed_out_changes_no_number(policy):
     assert all(g.utilization is None for n in without.snapshot(without.now).nodes.values() for g in n.gpus)
     admission = {k: v for k, v in with_feed.writer.event_counts.items() if k[0] == "Workload"}
     assert admission.get(("Workload", "Normal", "CapacityConfirmed"), 0) > 0 or not with_feed.policy.with_check
-    feed_reasons = {"RecommendationChanged"}
-    assert ({k: v for k, v in with_feed.writer.event_counts.items() if k[2] not in feed_reasons}
-            == without.writer.event_counts)
-    # the same Events in the same order, for the same objects at the same times; a message differs
-    # only where it named the GPU series the scaler's workers were measured by
-    mine = [e for e in with_feed.writer.events if e.reason not in feed_reasons]
-    theirs = list(without.writer.events)
-    assert len(mine) == len(theirs) > 0
-    for a, b in zip(mine, theirs, strict=True):
-        assert (a.kind, a.namespace, a.name, a.type, a.reason, a.at) == (b.kind, b.namespace, b.name, b.type,
-                                                                          b.reason, b.at)
-        assert a.message == b.message or ("gpu_util" in a.message and "gpu_util" not in b.message), (a, b)
+    _same_events(with_feed, without)
     if with_feed.scaling is not None:  # the scaler decided something worth an Event in both runs
         assert any(k[0] == "RayCluster" for k in without.writer.event_counts), without.writer.event_counts
     assert runs[True][1] == runs[False][1]
 
 
+@pytest.mark.parametrize("policy", ["queuepilot", "queuepilot-reclaim"])
+def test_with_stall_reclaim_and_no_feed_only_the_workloads_gpus_carry_utilization(policy):
+    """The stall detector reads the utilization of the GPUs it attributes to a Workload's pods (here a
+    RayJob's: no Workload owns a team's RayCluster); without the feed a Ray worker's GPUs carry none
+    (``Engine.worker_gpu_utilization``), and the run is the same: summary, Events (the stall
+    detector's Warning and its deactivation among them) and the deactivated Workloads."""
+    # the synthetic mix, and an 8-GPU RayJob that stalls 2000 s into its run (deactivated 30 min on)
+    prof = PhasedProfile(key=7, end=20_000.0, start_end=0.0, start_util=0.9, stall_start=2000.0, idle_p=0.0,
+                         levels=(0.9,))
+    jobs = sorted([*_small_jobs(12.0, seed=5), Job(10**6, TEAMS[0], 600.0, 20_000.0, 8, 0.9, 0.0, prof)],
+                  key=lambda j: j.submit)
+    runs = _run_both(jobs, 12.0, policy, "rightsizing", stall_reclaim=True, stall_deactivate_after_s=1800.0)
+    with_feed, without = runs[True][0], runs[False][0]
+    assert with_feed.worker_gpu_utilization and not without.worker_gpu_utilization
+    assert without.snapshot_utilization and without.stall is not None
+    assert without.writer.event_counts[("Workload", "Warning", "StalledWorkload")] > 0
+    assert runs[False][1]["stall_deactivations"] > 0, runs[False][1]
+    _same_events(with_feed, without)
+    assert runs[True][1] == runs[False][1]
+
+
 def test_the_snapshot_carries_the_gpus_utilization_where_the_stall_detector_reads_it():
-    """The stall detector reads the GPUs' utilization on the snapshot: with it on (reclaim or report
-    only), the feed left out, the GPUs carry the utilization the jobs run at."""
+    """With the stall detector on (reclaim or report only) and the feed left out, the GPUs of the
+    RayJobs' pods carry the utilization their jobs run at, and a Ray worker's GPUs none."""
     for flags in ({"stall_reclaim": True}, {"stall_report": True}):
         cfg = SimConfig(nodes=4, teams=TEAMS, rightsizing=False, **flags)
         e = Engine(_small_jobs(6.0, seed=3), 6 * 3600.0, "queuepilot", cfg)
-        assert e.stall is not None and e.snapshot_utilization, flags
+        assert e.stall is not None and e.snapshot_utilization and not e.worker_gpu_utilization, flags
+        seen: dict[bool, list[float | None]] = {True: [], False: []}  # a Ray worker's pod -> its GPUs
         e.run()
-        seen = [g.utilization for n in e.snapshot(e.now).nodes.values() for g in n.gpus if g.pod is not None]
-        assert seen and all(u is not None for u in seen), flags
+        for n in e.snapshot(e.now).nodes.values():
+            for g in n.gpus:
+                if g.pod is not None:
+                    seen[e.ray_worker_pod(f"{g.pod.namespace}/{g.pod.name}")].append(g.utilization)
+        assert seen[False] and all(u is not None for u in seen[False]), (flags, seen)
+        assert seen[True] and all(u is None for u in seen[True]), (flags, seen)
 
 
 def test_the_stall_detector_runs_where_it_may_deactivate():

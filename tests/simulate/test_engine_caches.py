@@ -18,10 +18,11 @@ from simulator.workload import SyntheticParams, synthetic
 TEAMS = ("team-a", "team-b", "team-c")
 
 
-def _engine(policy: str, hours: float = 8.0, *, rightsizing: bool = True) -> Engine:
+def _engine(policy: str, hours: float = 8.0, *, rightsizing: bool = True, stall_reclaim: bool = False) -> Engine:
     params = SyntheticParams(jobs_per_hour=20.0, teams=TEAMS, team_weights=(0.5, 0.3, 0.2))
     jobs = synthetic(hours, 5, 48, params).jobs
-    cfg = SimConfig(nodes=5, teams=TEAMS, gpu_failure_rate=0.5, repair_mean_s=3600.0, seed=4, rightsizing=rightsizing)
+    cfg = SimConfig(nodes=5, teams=TEAMS, gpu_failure_rate=0.5, repair_mean_s=3600.0, seed=4, rightsizing=rightsizing,
+                    stall_reclaim=stall_reclaim)
     return Engine(jobs, hours * 3600.0, policy, cfg)
 
 
@@ -71,14 +72,24 @@ def _fresh_pod_util(e: Engine) -> dict[str, float]:
     return util
 
 
-@pytest.mark.parametrize(("policy", "rightsizing"), [("queuepilot-reclaim", True), ("hpa", True), ("kueue-quota", True),
-                                                    ("hpa", False)])
-def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing: bool) -> None:
-    """Every cache against a builder with none, off the control interval; without the right-sizing
-    feed a baseline's snapshot carries no GPU utilization, and its nodes, built again only when their
-    pods or health change, equal fresh ones without it."""
-    e = _engine(policy, rightsizing=rightsizing)
-    assert e.snapshot_utilization is (rightsizing or e.policy.baseline is None)
+@pytest.mark.parametrize(("policy", "rightsizing", "stall"), [
+    ("queuepilot-reclaim", True, False), ("hpa", True, False), ("kueue-quota", True, False),
+    ("hpa", False, False), ("queuepilot-reclaim", False, False), ("queuepilot-reclaim", False, True)])
+def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing: bool, stall: bool) -> None:
+    """Every cache against a builder with none, off the control interval.  Without the right-sizing
+    feed a Ray worker's GPUs carry no utilization on the snapshot, and without the stall detector too
+    no GPU does: the nodes, built again only when their pods, health or read utilization change,
+    equal fresh ones built so."""
+    e = _engine(policy, rightsizing=rightsizing, stall_reclaim=stall)
+    assert e.worker_gpu_utilization is rightsizing
+    assert e.snapshot_utilization is (rightsizing or (stall and e.policy.baseline is None))
+
+    def fresh_builder() -> SnapshotBuilder:
+        b = SnapshotBuilder(e.cluster, e.kueue, e.policy.with_check,
+                            pod_util=_fresh_pod_util(e) if e.snapshot_utilization else None)
+        if e.snapshot_utilization and not e.worker_gpu_utilization:
+            b.without_utilization(of=e.ray_worker_pod)
+        return b
 
     async def go() -> int:
         e.start()
@@ -88,8 +99,7 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing
             t += 47.0  # off the control interval: caches are read between ticks too
             await e.advance(t)
             snap = e.snapshot(e.now)
-            fresh = SnapshotBuilder(e.cluster, e.kueue, e.policy.with_check,
-                                    pod_util=_fresh_pod_util(e) if e.snapshot_utilization else None)
+            fresh = fresh_builder()
             want = fresh.build(e.now, e.workloads.values(), e.rays.values(), e.checks_active)
             # the AdmissionCheck's resourceVersion counts the builder's own history, not a cache
             assert snap == replace(want, admission_checks=snap.admission_checks)
