@@ -220,10 +220,10 @@ def render(data: Mapping[str, Any]) -> str:
         "admission reconciler are timed where they run, at ticks and in Kueue passes; RayClusters that a "
         "pass's snapshot builds at their first read, `RayClusterMap`, in the part that reads them). The control "
         f"interval is the controller's resync, 30 s: {meta['hours'] * 120:,.0f} ticks over the window. "
-        "As the policy benchmarks run: the right-sizing feed is left out (it changes no decision), and where "
-        "the stall detector does not run either (a baseline, or a queuepilot policy without stall reclaim) no "
-        "reconciler reads the GPUs' utilization, and the snapshot's GPUs carry none (docs/simulation.md, "
-        "\"Speed\").",
+        "As the policy benchmarks run: the right-sizing feed is left out (it changes no decision), so a Ray "
+        "worker's GPUs carry no utilization on the snapshot (the stall detector reads only a Workload's "
+        "pods' GPUs), and where the stall detector does not run either (a baseline, or a queuepilot policy "
+        "without stall reclaim) no GPU carries it (docs/simulation.md, \"Speed\").",
         "",
     ]
     for run in data["runs"]:
