@@ -152,7 +152,10 @@ class FleetSource:
 
     def settled(self, now: float) -> bool:
         """The manager caches listed and every MultiKueueCluster either has a worker whose caches listed
-        once, or a known failure — or ``settle_seconds`` passed since ``start``."""
+        once and, with a GPU health source, whose GPU health was read once, or a known failure — or
+        ``settle_seconds`` passed since ``start``.  (A pass before a worker's first GPU reading would
+        find it stale and nominate a workload to the others only, and a nomination that stays usable
+        is kept.)"""
         if not self.fleet.synced or self._started_at is None:
             return False
         if now - self._started_at > self._settle_seconds:
@@ -163,6 +166,10 @@ class FleetSource:
                 continue
             if w is None or not (w.nodes.synced and w.pods.synced):
                 return False
+            if self._gpu_factory is not None:
+                sig = self._gpu.get(name)
+                if sig is None or sig.reading.observed_at is None:
+                    return False
         return True
 
     async def poll_gpu(self) -> None:

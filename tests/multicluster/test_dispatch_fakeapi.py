@@ -86,6 +86,25 @@ async def test_unreachable_worker_drops_out(fleet3: Fleet3) -> None:
         assert d.published.up.get("worker-b") == 1
 
 
+async def test_nothing_is_nominated_before_every_worker_s_gpu_health_was_read(fleet3: Fleet3) -> None:
+    """Until a worker's first GPU health reading the dispatcher decides nothing (within its settle
+    time): a pass before it would find that worker stale and nominate the others only, and a
+    nomination that stays usable is kept, so the workload would never be offered to that worker."""
+    fleet3.workers["worker-a"].create(gpu_node("a1"))
+    fleet3.workers["worker-b"].create(gpu_node("b1"))
+    fleet3.manager.create(mk_workload("first", at=2000.0))
+    FROZEN.add("worker-b")  # its GPU health source has not answered yet
+    async with fleet3.running():
+        d = dispatcher(fleet3)
+        await fleet3.wait_for(lambda: set(fleet3.fleet.fleet.workers) == {"worker-a", "worker-b"}
+                              and all(w.nodes.synced and w.pods.synced for w in fleet3.fleet.fleet.workers.values()))
+        await asyncio.sleep(1.0)  # passes run (refresh 0.3 s, GPU poll 0.2 s): none may decide
+        assert fleet3.nominated("first") is None
+        assert not any(led.reservations for led in d.ledgers.values())
+        FROZEN.discard("worker-b")  # the first reading comes
+        await fleet3.wait_for(lambda: fleet3.nominated("first") == ["worker-a", "worker-b"])
+
+
 async def test_ledger_never_promises_a_gpu_twice(fleet3: Fleet3) -> None:
     fleet3.workers["worker-a"].create(gpu_node("a1"))
     fleet3.workers["worker-b"].create(gpu_node("b1"))
