@@ -207,7 +207,12 @@ class SnapshotBuilder:
         old = cached[1].gpus if cached is not None and len(cached[1].gpus) == n.gpus else None
         gpus = []
         for i, o in enumerate(n.owner):
-            u = None if util is None or (o and unread is not None and unread(o)) else util.get(o, 0.0) if o else 0.0
+            if not o:
+                u = None if util is None else 0.0  # a free GPU: idle, where the signal is carried
+            elif util is None or (unread is not None and unread(o)):
+                u = None  # this pod's utilization is left out (no reader reads it)
+            else:
+                u = util.get(o, 0.0)
             healthy = n.healthy[i]
             prev = old[i] if old is not None else None
             pod = self._pod_keys.get(o) if o else None
