@@ -259,6 +259,47 @@ def test_the_snapshot_carries_the_gpus_utilization_where_the_stall_detector_read
         assert seen[True] and all(u is None for u in seen[True]), (flags, seen)
 
 
+@pytest.mark.parametrize("policy", ["queuepilot", "queuepilot-reclaim", "static", "ray-idle", "keda"])
+def test_an_admission_pass_on_unchanged_workloads_decides_what_the_full_pass_decides(policy, monkeypatch):
+    """A pass whose snapshot holds the last quiet pass's very Workload map (nothing decided, nothing
+    reserved) stops before deciding (``AdmissionReconciler._nothing_moved``); a run that decides every
+    pass in full gives the same summary and the very same Events (messages and times too).  The
+    quiet passes were many and the check decided (else the comparison would say nothing)."""
+    from autoscaler.controller.admission import AdmissionReconciler
+
+    jobs = _small_jobs(24.0, seed=8)
+    cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.3, seed=5, rightsizing=False)
+    quick = Engine(jobs, 24 * 3600.0, policy, cfg)
+    quick_summary = quick.run().summary()
+    monkeypatch.setattr(AdmissionReconciler, "_nothing_moved", lambda self, snapshot: False)
+    full = Engine(jobs, 24 * 3600.0, policy, cfg)
+    full_summary = full.run().summary()
+    assert quick.admission is not None and full.admission is not None
+    assert full.admission.quiet_passes == 0
+    assert quick.admission.quiet_passes > quick.snapshots.builds // 4, (quick.admission.quiet_passes,
+                                                                        quick.snapshots.builds)
+    assert quick.writer.event_counts[("Workload", "Normal", "CapacityConfirmed")] > 0
+    assert quick.writer.event_counts == full.writer.event_counts
+    assert list(quick.writer.events) == list(full.writer.events)
+    assert quick_summary == full_summary
+
+
+def test_the_snapshot_keeps_its_workload_map_while_no_workload_moved():
+    """The snapshot builder hands out the last snapshot's Workload map while every Workload is the
+    state it holds, and a new one (equal to a fresh build) as soon as one moves."""
+    e = Engine(_small_jobs(6.0, seed=3), 6 * 3600.0, "static", SimConfig(nodes=4, teams=TEAMS, rightsizing=False))
+    e.run()
+    first = e.snapshot(e.now).workloads
+    assert first and e.snapshot(e.now).workloads is first
+    w = next(iter(e.workloads.values()))
+    w.version += 1  # the Workload moved (a new resourceVersion)
+    moved = e.snapshot(e.now).workloads
+    assert moved is not first and moved.keys() == first.keys()
+    key = f"{w.namespace}/{w.name}"
+    assert moved[key] is not first[key] and moved[key].resource_version == str(w.version)
+    assert all(moved[k] is first[k] for k in first if k != key)
+
+
 def test_the_stall_detector_runs_where_it_may_deactivate():
     on = Engine(_small_jobs(2.0), 2 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
     baseline = Engine(_small_jobs(2.0), 2 * 3600.0, "ray-idle", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
