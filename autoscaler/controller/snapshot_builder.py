@@ -180,7 +180,21 @@ class SnapshotBuilder:
         self._flavors: tuple[Mapping[str, FlavorState], dict[str, FlavorState]] | None = None
         self._rays: dict[str, tuple[tuple[Any, ...], RayClusterState]] = {}
         self._gpu: tuple[GpuReading, dict[str, list[GpuState]], dict[tuple[str, str], float]] | None = None
+        # the last build's Workload and AdmissionCheck maps, handed out again while every entry is the
+        # same object under the same key: a reconciler may see by identity that none moved (the
+        # admission reconciler's quiet pass)
+        self._maps: dict[str, Mapping[str, Any]] = {}
         self.reused = 0  # completed views taken from the memo in the last build (tests, benchmarks)
+
+    def _kept(self, name: str, entries: dict[str, Any]) -> Mapping[str, Any]:
+        """``entries`` as a read-only map: the last build's map ``name`` while it holds the very same
+        objects under the same keys, in the same order, else a new one (kept for the next build)."""
+        prev = self._maps.get(name)
+        if prev is not None and len(prev) == len(entries) and all(
+                k == k2 and v is v2 for (k, v), (k2, v2) in zip(prev.items(), entries.items(), strict=True)):
+            return prev
+        out = self._maps[name] = MappingProxyType(entries)
+        return out
 
     # ------------------------------------------------------------------------------------ the build
     def build(
@@ -311,8 +325,8 @@ class SnapshotBuilder:
             flavors=MappingProxyType(flavors),
             cluster_queues=MappingProxyType(cluster_queues),
             local_queues=MappingProxyType(local_queues),
-            workloads=MappingProxyType(workloads),
-            admission_checks=MappingProxyType(admission_checks),
+            workloads=self._kept("workloads", workloads),
+            admission_checks=self._kept("admission_checks", admission_checks),
             ray_clusters=MappingProxyType(ray_clusters),
             signals=MappingProxyType(signals),
         )

@@ -177,13 +177,21 @@ def test_incremental_builds_equal_fresh_builds_and_reuse_what_did_not_change():
     assert again == first and builder.reused > 0
     assert again.workloads["team-a/wl-a1"] is first.workloads["team-a/wl-a1"]
     assert again.nodes["h1"] is first.nodes["h1"] and again.ray_clusters["team-a/rc"] is first.ray_clusters["team-a/rc"]
+    # the Workload and AdmissionCheck maps themselves too (the admission reconciler's quiet pass)
+    assert again.workloads is first.workloads and again.admission_checks is first.admission_checks
     seen = {}
+    last = again
     for change in _changes(now):
         gpu, ray = change(objs)
         got = builder.build(objs, gpu, ray, now)
         want = build_snapshot(objs, gpu, ray, now, BuildConfig(gpu_stale_seconds=60, ray_stale_seconds=60))
         assert got == want, change.__name__
+        # the Workload map is the last one exactly when no Workload's view moved
+        moved = change.__name__ in ("new_workload", "requeue_to_other_queue", "workload_deleted")
+        assert (got.workloads is last.workloads) is not moved, change.__name__
+        assert got.admission_checks is last.admission_checks, change.__name__
         seen[change.__name__] = got
+        last = got
     assert seen["new_workload"].workloads["team-a/wl-new"].cluster_queue == "cq-a"
     assert seen["requeue_to_other_queue"].workloads["team-a/wl-a1"].cluster_queue == "cq-b"
     assert seen["requeue_to_other_queue"].workloads["team-a/wl-a2"].cluster_queue == "cq-a"  # status.admission
