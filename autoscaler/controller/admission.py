@@ -9,8 +9,9 @@ decided within the next pass, plus a periodic resync):
    leader), it is rebuilt from the workloads whose check of ours is Ready
    (``policy.admission.rebuild_ledger``) — the previous leader's promises are not lost; a pass
    whose snapshot holds the last pass's very Workload and AdmissionCheck maps, after a pass that
-   decided nothing and left nothing reserved, decides nothing either and stops here (a snapshot
-   builder that reuses an unchanged map, as the simulator's does, makes most resyncs that cheap);
+   decided nothing and left nothing reserved, decides nothing either and stops here (the
+   controller's and the simulator's snapshot builders hand out the last map while nothing in it
+   changed, so most resyncs are that cheap);
 3. ``decide_admissions`` (pure), then one guarded server-side apply per decision
    (``act.workload_status``), at most ``write_concurrency`` at a time;
 4. for each decision written: ``admission_decisions_total{cluster_queue,state,reason}``,
