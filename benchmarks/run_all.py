@@ -34,8 +34,8 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # the whole matrix (#11): the Philly month under every utilization model, seeds 1-3, GPU failure rates
     # 0.01 and 0.05, every policy (the queuepilot ones also with stall reclaim under grounded and serving),
     # plus the worker-cap sweep: 154 runs, one table per model and failure rate and a summary
-    # (`policy.py --plan` estimates its wall time from a run's costs: some 94 min on 2 cores from the
-    # seed-1 runs of 2026-12-03, more or less as this machine's speed moves; docs/simulation.md, "Speed")
+    # (`policy.py --plan` estimates its wall time from a run's costs; measured whole on 2026-12-03:
+    # 62.5 min on 2 cores, more or less as this machine's speed moves; docs/simulation.md, "Speed")
     ("policy quality, the whole matrix (simulator)", "policy.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
