@@ -35,6 +35,7 @@ from autoscaler.core.snapshot import (
     WorkerGroupState,
     WorkloadState,
     frozen_map,
+    kept_map,
 )
 from simulator.cluster import SimCluster, SimNode
 from simulator.kueue import ADMITTED, RESERVED, RUNNING, SimKueue, SimWorkload
@@ -133,7 +134,7 @@ class SnapshotBuilder:
         # (cleared when it outgrows the cluster many times over: pods come and go)
         self._pod_keys: dict[str, PodKey] = {}
         self._workloads: dict[str, tuple[int, WorkloadState]] = {}
-        self._wl_map: Mapping[str, WorkloadState] = frozen_map()  # the last snapshot's Workloads
+        self._wl_map: Mapping[str, WorkloadState] | None = None  # the last snapshot's Workloads
         self._workers: dict[str, tuple[tuple[int, bool, bool], RayWorker]] = {}
         # whole-map caches: the node map until a node changes, the ClusterQueues by their usage,
         # each RayCluster's worker tuple by (epoch, version) until a worker's ready/busy flips
@@ -374,11 +375,8 @@ class SnapshotBuilder:
         for w in workloads:
             key = f"{w.namespace}/{w.name}"
             wls[key] = self._workload_state(key, w)
-        # the previous snapshot's map while every Workload is the very state it holds, in the same
-        # order (a state names its key): a reader may see by identity that no Workload moved
-        prev = self._wl_map
-        if len(prev) != len(wls) or any(a is not b for a, b in zip(prev.values(), wls.values(), strict=True)):
-            prev = self._wl_map = frozen_map(wls)
+        # the previous snapshot's map while every Workload is the very state it held (``kept_map``)
+        self._wl_map = kept_map(self._wl_map, wls)
         ray_clusters: Mapping[str, RayClusterState]
         if lazy_rays:
             ray_clusters = RayClusterMap(self, tuple(rays), now)
@@ -387,7 +385,7 @@ class SnapshotBuilder:
         signals = {"gpu": SignalStatus("gpu", now, SIGNAL_STALE_AFTER_S)}
         return ClusterSnapshot(
             taken_at=now, nodes=self.node_map(), flavors=self._flavors, cluster_queues=self.cluster_queue_map(),
-            local_queues=self._local_queues, workloads=prev,
+            local_queues=self._local_queues, workloads=self._wl_map,
             admission_checks=self.admission_checks(checks_active),
             ray_clusters=ray_clusters, signals=frozen_map(signals),
         )

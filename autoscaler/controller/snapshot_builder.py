@@ -48,6 +48,7 @@ from autoscaler.core.snapshot import (
     RayWorker,
     SignalStatus,
     WorkloadState,
+    kept_map,
 )
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.ray import RayObservation
@@ -187,13 +188,9 @@ class SnapshotBuilder:
         self.reused = 0  # completed views taken from the memo in the last build (tests, benchmarks)
 
     def _kept(self, name: str, entries: dict[str, Any]) -> Mapping[str, Any]:
-        """``entries`` as a read-only map: the last build's map ``name`` while it holds the very same
-        objects under the same keys, in the same order, else a new one (kept for the next build)."""
-        prev = self._maps.get(name)
-        if prev is not None and len(prev) == len(entries) and all(
-                k == k2 and v is v2 for (k, v), (k2, v2) in zip(prev.items(), entries.items(), strict=True)):
-            return prev
-        out = self._maps[name] = MappingProxyType(entries)
+        """``entries`` as the snapshot's map ``name``: the last build's while nothing in it moved
+        (``kept_map``), kept for the next build."""
+        out = self._maps[name] = kept_map(self._maps.get(name), entries)
         return out
 
     # ------------------------------------------------------------------------------------ the build

@@ -212,3 +212,20 @@ def test_copied_objects_are_of_one_instant():
     objs.pods["team-b/p-new"] = views.pod_view(o.pod("p-new", "team-b", node="h2", gpus=1))
     assert build_snapshot(frozen, gpu_reading(now), {}, now) == expected
     assert build_snapshot(objs, gpu_reading(now), {}, now) != expected
+
+
+def test_kept_map_is_the_previous_map_only_while_it_holds_the_very_same_entries():
+    """``kept_map``, which both snapshot builders hand their Workload maps through: the previous map
+    while every key and object is the same, in the same order; a new one for another object (even an
+    equal one), another key, or another length."""
+    from autoscaler.core.snapshot import kept_map
+
+    a, b = object(), object()
+    first = kept_map(None, {"x": a, "y": b})
+    assert dict(first) == {"x": a, "y": b}
+    assert kept_map(first, {"x": a, "y": b}) is first
+    for entries in ({"x": a, "y": object()}, {"x": a, "z": b}, {"x": a}, {"x": a, "y": b, "z": b},
+                    {"y": b, "x": a}):
+        got = kept_map(first, entries)
+        assert got is not first and dict(got) == entries
+    assert kept_map(first, {"x": [1]})["x"] == [1]
