@@ -79,7 +79,7 @@ from simulator.kueue import (
     SimWorkload,
 )
 from simulator.metrics import IDLE_CLASSES, IDLE_UTIL, RunMetrics, lower_bound_idle_s
-from simulator.ray import SimRayCluster, SimWorker
+from simulator.ray import SimRayCluster, SimWorker, WorkerViews
 from simulator.snapshot import CHECK_NAME, POD_SET, SnapshotBuilder
 from simulator.timed_event import TimedEvent
 from simulator.utilization import SEGMENT_S
@@ -242,7 +242,7 @@ class Engine:
         # incrementally from the ledger (``_w_set``, ``_j_set``); the snapshot builder puts it on the GPUs
         self._pod_util: dict[str, float] = {}
         self._views: dict[str, tuple[tuple[Any, ...], WorkerView]] = {}  # worker -> a baseline's view (group_view)
-        self._group_views: dict[str, tuple[int, float, tuple[WorkerView, ...]]] = {}  # team -> (epoch, until, views)
+        self._group_views: dict[str, WorkerViews[WorkerView]] = {}  # team -> a baseline's worker views, by change
         self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.with_check, pod_util=self._pod_util)
         # the controller's reconcilers, acting on this world through a SimWriter
         registry = CollectorRegistry()
@@ -336,16 +336,13 @@ class Engine:
         return max(1, math.ceil(busy / max(1.0, self.window_s)))
 
     def group_view(self, team: str, now: float) -> GroupView:
-        """What a baseline scaler sees of ``team``'s worker group; the workers' views are the previous
-        tuple while no worker came, went or changed task (``rc.epoch``) and none's ready/busy state
-        flipped with time (``next_flip``)."""
+        """What a baseline scaler sees of ``team``'s worker group; each worker's view is the one built
+        before while the worker was not touched and its ready/busy state did not flip (``WorkerViews``)."""
         rc = self.rays[team]
-        cached = self._group_views.get(team)
-        if cached is not None and cached[0] == rc.epoch and now < cached[1]:
-            workers = cached[2]
-        else:
-            workers = tuple(self._worker_view(w, now) for w in rc.workers_by_name())
-            self._group_views[team] = (rc.epoch, rc.next_flip(now), workers)
+        views = self._group_views.get(team)
+        if views is None:
+            views = self._group_views[team] = WorkerViews(rc, self._worker_view)
+        workers = views.at(now)
         return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue), rc.startup_s)
 
     def _worker_view(self, w: SimWorker, now: float) -> WorkerView:
@@ -531,8 +528,8 @@ class Engine:
             job, _ = rc.queue.popleft()
             wk.task = job
             wk.generation += 1
-            rc.epoch += 1
             wk.busy_until = self.now + job.duration
+            rc.touch(wk.name)
             wk.tail_until = wk.busy_until + job.idle_tail
             iv = [self.now, self.now + _work_s(job)]
             self._busy[rc.team].append(iv)
@@ -567,7 +564,7 @@ class Engine:
     def _free_worker(self, rc: SimRayCluster, wk: SimWorker) -> None:
         wk.task = None
         wk.generation += 1
-        rc.epoch += 1
+        rc.touch(wk.name)
         wk.idle_since = self.now
         self._w_set(rc, wk)
         self._assign(rc)
@@ -578,7 +575,7 @@ class Engine:
         wk = rc.workers.get(name)
         if wk is not None:
             wk.idle_since = self.now
-            rc.epoch += 1
+            rc.touch(name)
             self._w_set(rc, wk)
             self._assign(rc)
 
@@ -605,12 +602,12 @@ class Engine:
             rc.workers[name] = SimWorker(name, self.now, self.now + rc.startup_s, idle_since=self.now)
             self._w_set(rc, rc.workers[name])
             rc.version += 1
-            rc.epoch += 1
+            rc.touch(name)
             self.push(self.now + rc.startup_s, "worker_ready", (rc.team, name))
 
     def _delete_worker(self, rc: SimRayCluster, name: str) -> None:
         wk = rc.workers.pop(name)
-        rc.epoch += 1
+        rc.touch(name)
         self.snapshots.forget_worker(name)
         self._views.pop(name, None)
         iv = self._open_busy.pop(name, None)
@@ -845,7 +842,7 @@ class Engine:
                 # the task's utilization moved (a phase or segment change): the worker is observed anew
                 # (a new generation: views cached by it are rebuilt); its end event follows it
                 wk.generation += 1
-                rc.epoch += 1
+                rc.touch(wk.name)
                 self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
 
     def _w_set(self, rc: SimRayCluster, wk: SimWorker) -> None:

@@ -11,9 +11,12 @@ a busy task is killed and goes back to the head of the queue, to restart from sc
 
 from __future__ import annotations
 
-import math
+import bisect
+import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from simulator.workload import Job
 
@@ -71,6 +74,9 @@ class SimRayCluster:
     version: int = 0
     killed_tasks: int = 0
     epoch: int = 0  # bumped when a worker comes, goes or changes task (caches of worker views key on it)
+    # each WorkerViews' set of workers touched since it last built its views (it empties its own; a
+    # plain list: ``touch`` runs at every worker event, and a watcher lives as long as this world)
+    watchers: list[set[str]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def namespace(self) -> str:
@@ -82,6 +88,14 @@ class SimRayCluster:
 
     group = "gpu-workers"
 
+    def touch(self, worker: str) -> None:
+        """``worker`` came, went, or its task, generation, readiness or idle time moved: the epoch moves
+        and every watcher (``WorkerViews``) is told which worker (a flip of ready/busy with time alone
+        is no touch: the watcher keeps those times)."""
+        self.epoch += 1
+        for changed in self.watchers:
+            changed.add(worker)
+
     def new_worker_name(self) -> str:
         self.next_id += 1
         return f"{self.name}-{self.group}-{self.next_id:05d}"
@@ -89,18 +103,6 @@ class SimRayCluster:
     def workers_by_name(self) -> list[SimWorker]:
         """The workers in pod-name order."""
         return sorted(self.workers.values(), key=lambda x: x.name)
-
-    def next_flip(self, now: float) -> float:
-        """The first time after ``now`` at which a worker's ready or busy state flips with time alone
-        (inf: none before an event): views of the workers built now hold until then, or until ``epoch``
-        moves."""
-        t = math.inf
-        for w in self.workers.values():
-            if now < w.ready_at < t:
-                t = w.ready_at
-            if w.task is not None and now < w.busy_until < t:
-                t = w.busy_until
-        return t
 
     def free_ready_workers(self, now: float) -> list[SimWorker]:
         return [w for w in self.workers.values() if w.task is None and w.ready(now)]
@@ -110,3 +112,51 @@ class SimRayCluster:
 
     def running_tasks(self, now: float) -> int:
         return sum(1 for w in self.workers.values() if w.task is not None)
+
+
+V = TypeVar("V")
+
+
+class WorkerViews(Generic[V]):
+    """One RayCluster's workers seen through ``view`` (a worker and the time -> an immutable view), in
+    pod-name order, kept by change: ``at(now)`` looks again only at the workers ``SimRayCluster.touch``
+    named since the last call and at those whose ready or busy state flipped with time by now (a heap
+    of the next ready and busy-until times of each worker looked at); every other worker keeps its
+    view, and the tuple is the previous one while none changed.  ``view`` may return the view it
+    built before (its own cache); it must depend on nothing that moves without a touch or a flip."""
+
+    __slots__ = ("_changed", "_flips", "_names", "_rc", "_tuple", "_view", "_views")
+
+    def __init__(self, rc: SimRayCluster, view: Callable[[SimWorker, float], V]) -> None:
+        self._rc = rc
+        self._view = view
+        self._changed: set[str] = set(rc.workers)  # the first call looks at every worker
+        rc.watchers.append(self._changed)
+        self._flips: list[tuple[float, str]] = []
+        self._names: list[str] = []  # the workers' pod names, in order
+        self._views: dict[str, V] = {}
+        self._tuple: tuple[V, ...] = ()
+
+    def at(self, now: float) -> tuple[V, ...]:
+        changed, flips = self._changed, self._flips
+        while flips and flips[0][0] <= now:
+            changed.add(heapq.heappop(flips)[1])
+        if not changed:
+            return self._tuple
+        names, views, workers = self._names, self._views, self._rc.workers
+        for name in changed:
+            w = workers.get(name)
+            if w is None:  # gone
+                if views.pop(name, None) is not None:
+                    del names[bisect.bisect_left(names, name)]
+                continue
+            if name not in views:
+                bisect.insort(names, name)
+            views[name] = self._view(w, now)
+            if now < w.ready_at:
+                heapq.heappush(flips, (w.ready_at, name))
+            if w.task is not None and now < w.busy_until:
+                heapq.heappush(flips, (w.busy_until, name))
+        changed.clear()
+        self._tuple = tuple(map(views.__getitem__, names))
+        return self._tuple

@@ -39,7 +39,7 @@ from autoscaler.core.snapshot import (
 )
 from simulator.cluster import SimCluster, SimNode
 from simulator.kueue import ADMITTED, RESERVED, RUNNING, SimKueue, SimWorkload
-from simulator.ray import SimRayCluster, SimWorker
+from simulator.ray import SimRayCluster, SimWorker, WorkerViews
 
 CHECK_NAME = "gpu-capacity"
 CONTROLLER_NAME = "queuepilot.io/gpu-capacity"
@@ -143,7 +143,7 @@ class SnapshotBuilder:
         self._changed: set[str] = set()  # nodes changed since the node map was built
         cluster.watchers[self] = self._changed
         self._cq_map: tuple[tuple[object, ...], Mapping[str, ClusterQueueState]] | None = None
-        self._ray_workers: dict[str, tuple[tuple[int, int], float, tuple[RayWorker, ...]]] = {}
+        self._ray_workers: dict[str, WorkerViews[RayWorker]] = {}  # RayCluster -> its workers' views, by change
         # each RayCluster's WorkerGroupState while its workers (the same tuple), replicas and
         # workersToDelete are unchanged; Ray's demand by the queue's length (immutable, shared)
         self._ray_groups: dict[str, tuple[tuple[object, ...], WorkerGroupState]] = {}
@@ -269,15 +269,12 @@ class SnapshotBuilder:
         self._workloads.pop(f"{w.namespace}/{w.name}", None)
 
     def _worker_tuple(self, rc: SimRayCluster, now: float) -> tuple[RayWorker, ...]:
-        """The group's workers by name; rebuilt only when a worker came, went, changed task
-        (``rc.epoch``) or its ready/busy state flipped with time (``now`` reached ``valid_until``)."""
-        key = (rc.epoch, rc.version)
-        cached = self._ray_workers.get(rc.name)
-        if cached is not None and cached[0] == key and now < cached[1]:
-            return cached[2]
-        workers = tuple(self._worker(rc, w, now) for w in rc.workers_by_name())
-        self._ray_workers[rc.name] = (key, rc.next_flip(now), workers)
-        return workers
+        """The group's workers by name, each the view built before while it was not touched and its
+        ready/busy state did not flip (``WorkerViews``)."""
+        views = self._ray_workers.get(rc.name)
+        if views is None:
+            views = self._ray_workers[rc.name] = WorkerViews(rc, lambda w, t: self._worker(rc, w, t))
+        return views.at(now)
 
     def ray_state(self, rc: SimRayCluster, now: float) -> RayClusterState:
         """The RayCluster as the controller would see it at ``now``: its worker group and Ray's demand
