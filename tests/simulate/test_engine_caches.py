@@ -12,8 +12,9 @@ from simulator.baselines import WorkerView
 from simulator.engine import Engine, SimConfig
 from simulator.kueue import RESERVED
 from simulator.metrics import IDLE_CLASSES, IDLE_UTIL
+from simulator.ray import SimRayCluster, SimWorker, WorkerViews
 from simulator.snapshot import SnapshotBuilder
-from simulator.workload import SyntheticParams, synthetic
+from simulator.workload import Job, SyntheticParams, synthetic
 
 TEAMS = ("team-a", "team-b", "team-c")
 
@@ -120,6 +121,49 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing
 
     assert asyncio.run(go()) > 500
     assert e.metrics.jobs_completed > 0
+
+
+def test_worker_views_look_again_only_at_touched_and_flipped_workers() -> None:
+    """``WorkerViews`` by hand: the views are in pod-name order and equal a fresh look at every worker;
+    a worker is looked at again only when touched or when its ready/busy state flips with time (at
+    that time, not before); a gone worker leaves; with nothing changed the tuple is the same object."""
+    rc = SimRayCluster("team-a", "cq-team-a", "a100", 0, 8, 0, 90.0)
+    looked: list[str] = []
+
+    def view(w: SimWorker, now: float) -> tuple[str, bool, bool, int]:
+        looked.append(w.name)
+        return (w.name, w.ready(now), w.busy(now), w.generation)
+
+    def fresh(now: float) -> tuple[tuple[str, bool, bool, int], ...]:
+        return tuple((w.name, w.ready(now), w.busy(now), w.generation) for w in rc.workers_by_name())
+
+    for name, ready_at in (("w-2", 90.0), ("w-1", 50.0)):
+        rc.workers[name] = SimWorker(name, 0.0, ready_at)
+    views = WorkerViews(rc, view)
+    first = views.at(0.0)
+    assert first == fresh(0.0) and [v[0] for v in first] == ["w-1", "w-2"] and sorted(looked) == ["w-1", "w-2"]
+    looked.clear()
+    assert views.at(49.0) is first and not looked  # nothing touched, no flip due yet
+    assert views.at(50.0) == fresh(50.0) and looked == ["w-1"]  # w-1 turns ready at 50 s
+    looked.clear()
+    w2 = rc.workers["w-2"]
+    w2.task = Job(1, "team-a", 0.0, 100.0, 1, 0.5)
+    w2.busy_until, w2.generation = 200.0, 1
+    rc.touch("w-2")  # bound to a task (ready at 90 s, busy until 200 s)
+    assert views.at(60.0) == fresh(60.0) and looked == ["w-2"]
+    looked.clear()
+    assert views.at(90.0) == fresh(90.0) and looked == ["w-2"]  # ready
+    looked.clear()
+    kept = views.at(199.0)
+    assert kept == fresh(199.0) and not looked
+    assert views.at(200.0) == fresh(200.0) and looked == ["w-2"]  # its work ends: busy flips
+    looked.clear()
+    del rc.workers["w-1"]
+    rc.touch("w-1")
+    rc.workers["w-0"] = SimWorker("w-0", 300.0, 390.0)
+    rc.touch("w-0")
+    assert views.at(300.0) == fresh(300.0) and [v[0] for v in views.at(300.0)] == ["w-0", "w-2"]
+    assert sorted(looked) == ["w-0"]  # the gone one is dropped without a look
 
 
 def test_one_pass_event_per_time() -> None:
