@@ -294,6 +294,13 @@ class Engine:
         # the series
         self.snapshot_utilization = not self.drive_reconcilers or self.stall is not None or self.recommend is not None
         self.worker_gpu_utilization = not self.drive_reconcilers or self.recommend is not None
+        # where the stall detector is the only reader of the values, it reads whether every GPU of a
+        # workload is under its threshold and, for those that all are, their values (the highest, named
+        # in its Event): a GPU at or over the threshold then carries 1.0 (busy), so a busy job's
+        # utilization steps (60 % -> 80 %) rebuild no node; one under it carries its value
+        self.busy_utilization_from: float | None = None
+        if self.drive_reconcilers and self.stall is not None and self.recommend is None:
+            self.busy_utilization_from = self.stall.config.gpu_utilization
         if not self.snapshot_utilization:
             self.snapshots.without_utilization()
         elif not self.worker_gpu_utilization:
@@ -896,6 +903,9 @@ class Engine:
         self._ledger_ref[w.name] = ("j", w.name)
         if not self.snapshot_utilization:
             return  # no snapshot reader reads the GPU signal's values
+        busy = self.busy_utilization_from
+        if busy is not None and u >= busy:
+            u = 1.0  # as the stall detector reads it (``busy_utilization_from``)
         for i in range(w.job.pods):
             pod = f"{w.namespace}/{w.name}-{i}"
             if self._pod_util.get(pod) != u:

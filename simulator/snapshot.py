@@ -136,8 +136,8 @@ class SnapshotBuilder:
         self._workloads: dict[str, tuple[int, WorkloadState]] = {}
         self._wl_map: Mapping[str, WorkloadState] | None = None  # the last snapshot's Workloads
         self._workers: dict[str, tuple[tuple[int, bool, bool], RayWorker]] = {}
-        # whole-map caches: the node map until a node changes, the ClusterQueues by their usage,
-        # each RayCluster's worker tuple by (epoch, version) until a worker's ready/busy flips
+        # whole-map caches: the node map until a node changes, the ClusterQueues by their usage
+        # (each RayCluster's worker tuple is kept by change: ``_ray_workers``)
         self._node_map: Mapping[str, NodeState] | None = None
         self._node_states: dict[str, NodeState] = {}
         self._changed: set[str] = set()  # nodes changed since the node map was built

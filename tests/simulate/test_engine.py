@@ -244,19 +244,31 @@ def test_with_stall_reclaim_and_no_feed_only_the_workloads_gpus_carry_utilizatio
 
 def test_the_snapshot_carries_the_gpus_utilization_where_the_stall_detector_reads_it():
     """With the stall detector on (reclaim or report only) and the feed left out, the GPUs of the
-    RayJobs' pods carry the utilization their jobs run at, and a Ray worker's GPUs none."""
+    RayJobs' pods carry the utilization their jobs run at as the detector reads it (the value under its
+    threshold, 1.0 at or over it: ``Engine.busy_utilization_from``), and a Ray worker's GPUs none."""
     for flags in ({"stall_reclaim": True}, {"stall_report": True}):
         cfg = SimConfig(nodes=4, teams=TEAMS, rightsizing=False, **flags)
         e = Engine(_small_jobs(6.0, seed=3), 6 * 3600.0, "queuepilot", cfg)
         assert e.stall is not None and e.snapshot_utilization and not e.worker_gpu_utilization, flags
+        threshold = e.stall.config.gpu_utilization
+        assert e.busy_utilization_from == threshold
         seen: dict[bool, list[float | None]] = {True: [], False: []}  # a Ray worker's pod -> its GPUs
+        carried: list[tuple[float | None, float]] = []  # a RayJob pod's GPU: (carried, its job's now)
         e.run()
         for n in e.snapshot(e.now).nodes.values():
             for g in n.gpus:
                 if g.pod is not None:
                     seen[e.ray_worker_pod(f"{g.pod.namespace}/{g.pod.name}")].append(g.utilization)
+                    w = e.workloads.get(g.pod.name.rsplit("-", 1)[0])
+                    if w is not None and w.name in e.run_start:
+                        carried.append((g.utilization, e.rayjob_util(w, e.run_start[w.name])))
         assert seen[False] and all(u is not None for u in seen[False]), (flags, seen)
         assert seen[True] and all(u is None for u in seen[True]), (flags, seen)
+        assert carried and all(c == (u if u < threshold else 1.0) for c, u in carried), (flags, carried)
+        assert any(u >= threshold for _, u in carried), carried  # a busy job among them
+    # with the feed (another reader of the values) every value is carried as it is
+    e = Engine(_small_jobs(2.0, seed=3), 2 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
+    assert e.recommend is not None and e.busy_utilization_from is None
 
 
 @pytest.mark.parametrize("policy", ["queuepilot", "queuepilot-reclaim", "static", "ray-idle", "keda"])

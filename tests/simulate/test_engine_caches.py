@@ -63,13 +63,17 @@ def _fresh_usage(e: Engine) -> tuple[int, float, int, dict[str, int]]:
 
 def _fresh_pod_util(e: Engine) -> dict[str, float]:
     """The GPU signal without caches: each bound pod's utilization now (a Ray worker's task, a RayJob's
-    pods' job; 0 while it starts)."""
+    pods' job; 0 while it starts; 1.0 at or over the stall threshold where the stall detector alone
+    reads it, ``Engine.busy_utilization_from``)."""
     util = {f"{rc.namespace}/{wk.name}": wk.util(e.now) for rc in e.rays.values() for wk in rc.workers.values()}
     for name, start in e.run_start.items():
         w = e.workloads.get(name)
         if w is not None:
             t = e.now - start - e.cfg.rayjob_startup_s
-            util.update({f"{w.namespace}/{w.name}-{i}": w.job.util_at(t) if t >= 0 else 0.0 for i in range(w.job.pods)})
+            u = w.job.util_at(t) if t >= 0 else 0.0
+            if e.busy_utilization_from is not None and u >= e.busy_utilization_from:
+                u = 1.0  # where the stall detector alone reads it: busy
+            util.update({f"{w.namespace}/{w.name}-{i}": u for i in range(w.job.pods)})
     return util
 
 
