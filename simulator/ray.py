@@ -73,7 +73,7 @@ class SimRayCluster:
     next_id: int = 0
     version: int = 0
     killed_tasks: int = 0
-    epoch: int = 0  # bumped when a worker comes, goes or changes task (caches of worker views key on it)
+    epoch: int = 0  # bumped at every ``touch`` (a worker came, went or moved: RayClusterMap checks it)
     # each WorkerViews' set of workers touched since it last built its views (it empties its own; a
     # plain list: ``touch`` runs at every worker event, and a watcher lives as long as this world)
     watchers: list[set[str]] = field(default_factory=list, repr=False, compare=False)
