@@ -373,7 +373,7 @@ class Engine:
         (``RayClusterMap``; a snapshot kept while the world moves must not be one)."""
         self._ledger_refresh(now)  # workers whose task's utilization moved are observed anew
         return self.snapshots.build(now, self.workloads.values(), self.rays.values(), self.checks_active,
-                                    lazy_rays=pass_only)
+                                    lazy_rays=pass_only, workload_moves=self.kueue.workload_moves)
 
     # ------------------------------------------------------- the SimWorld the SimWriter acts on
     def find_workload(self, namespace: str, name: str) -> SimWorkload | None:
@@ -396,7 +396,7 @@ class Engine:
 
     def kueue_check_message(self, w: SimWorkload, message: str) -> None:
         w.check_message = message
-        w.version += 1
+        self.kueue.moved(w)
 
     def kueue_check_ready(self, w: SimWorkload, message: str, placement: Mapping[str, Mapping[str, int]]) -> None:
         """Kueue: every check Ready -> Admitted; the pods are created and bound (where planned)."""
@@ -428,7 +428,7 @@ class Engine:
         self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
         w.check_message = message
         w.state = INACTIVE
-        w.version += 1
+        self.kueue.moved(w)
         self.workloads.pop(w.name, None)
         self.snapshots.forget(w)
         self.request_pass()
@@ -665,7 +665,7 @@ class Engine:
     def _admit(self, w: SimWorkload, placement: dict[str, dict[str, int]] | None = None) -> None:
         w.state = ADMITTED
         w.admitted_at = self.now
-        w.version += 1
+        self.kueue.moved(w)
         if not self._place(w, placement):
             w.unplaceable_since = self.now
             self.metrics.unplaceable_admissions += 1
@@ -683,7 +683,7 @@ class Engine:
         if not ok:
             return False
         w.state = RUNNING
-        w.version += 1
+        self.kueue.moved(w)
         self.run_start[w.name] = self.now
         if w.unplaceable_since is not None:
             self.metrics.unplaceable_s += self.now - w.unplaceable_since
@@ -699,6 +699,7 @@ class Engine:
         self._stop_rayjob(w, killed=False)
         self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
         w.state = FINISHED
+        self.kueue.moved(w)
         self.metrics.jobs_completed += 1
         self.workloads.pop(w.name, None)
         self.snapshots.forget(w)

@@ -82,6 +82,14 @@ class SimKueue:
         self.pending: list[SimWorkload] = []
         self._sorted = True
         self._reserved: dict[str, SimWorkload] = {}  # every workload a pass reserved, until seen otherwise
+        # bumped whenever a Workload is submitted or moves (``moved``): a snapshot builder handed the same
+        # count as last time may hand out its last Workload map as it is
+        self.workload_moves = 0
+
+    def moved(self, w: SimWorkload) -> None:
+        """``w`` changed (a new resourceVersion): every change to a Workload goes through here."""
+        w.version += 1
+        self.workload_moves += 1
 
     def any_reserved(self) -> bool:
         """Whether some workload holds quota with its check Pending (state ``RESERVED``)."""
@@ -128,6 +136,7 @@ class SimKueue:
 
     # --------------------------------------------------------------------------- queueing
     def submit(self, w: SimWorkload) -> None:
+        self.workload_moves += 1
         self.pending.append(w)
         self._sorted = False
 
@@ -143,7 +152,7 @@ class SimKueue:
         w.backoff_until = now + backoff
         w.requeued_at = now + backoff  # Requeued flips True when the backoff ends
         w.retries += 1
-        w.version += 1
+        self.moved(w)
         self.pending.append(w)
         self._sorted = False
 
@@ -183,7 +192,7 @@ class SimKueue:
             w.flavor = got
             w.state = RESERVED
             w.reserved_at = now
-            w.version += 1
+            self.moved(w)
             reserved.append(w)
             self._reserved[w.name] = w
         self.pending = keep

@@ -135,6 +135,7 @@ class SnapshotBuilder:
         self._pod_keys: dict[str, PodKey] = {}
         self._workloads: dict[str, tuple[int, WorkloadState]] = {}
         self._wl_map: Mapping[str, WorkloadState] | None = None  # the last snapshot's Workloads
+        self._wl_moves: int | None = None  # ``SimKueue.workload_moves`` when that map was built
         self._workers: dict[str, tuple[tuple[int, bool, bool], RayWorker]] = {}
         # whole-map caches: the node map until a node changes, the ClusterQueues by their usage
         # (each RayCluster's worker tuple is kept by change: ``_ray_workers``)
@@ -365,15 +366,20 @@ class SnapshotBuilder:
         }
 
     def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster],
-              checks_active: Mapping[str, bool], *, lazy_rays: bool = False) -> ClusterSnapshot:
-        """The snapshot at ``now``; ``lazy_rays``: its RayClusters built at their first read."""
+              checks_active: Mapping[str, bool], *, lazy_rays: bool = False,
+              workload_moves: int | None = None) -> ClusterSnapshot:
+        """The snapshot at ``now``; ``lazy_rays``: its RayClusters built at their first read;
+        ``workload_moves``: ``SimKueue.workload_moves`` of ``workloads``' Kueue (the same count as at
+        the last build: no Workload came, went or moved since, and the last map is handed out as it is)."""
         self.builds += 1
-        wls = {}
-        for w in workloads:
-            key = f"{w.namespace}/{w.name}"
-            wls[key] = self._workload_state(key, w)
-        # the previous snapshot's map while every Workload is the very state it held (``kept_map``)
-        self._wl_map = kept_map(self._wl_map, wls)
+        if workload_moves is None or workload_moves != self._wl_moves or self._wl_map is None:
+            wls = {}
+            for w in workloads:
+                key = f"{w.namespace}/{w.name}"
+                wls[key] = self._workload_state(key, w)
+            # the previous snapshot's map while every Workload is the very state it held (``kept_map``)
+            self._wl_map = kept_map(self._wl_map, wls)
+            self._wl_moves = workload_moves
         ray_clusters: Mapping[str, RayClusterState]
         if lazy_rays:
             ray_clusters = RayClusterMap(self, tuple(rays), now)

@@ -304,7 +304,7 @@ def test_the_snapshot_keeps_its_workload_map_while_no_workload_moved():
     first = e.snapshot(e.now).workloads
     assert first and e.snapshot(e.now).workloads is first
     w = next(iter(e.workloads.values()))
-    w.version += 1  # the Workload moved (a new resourceVersion)
+    e.kueue.moved(w)  # the Workload moved (a new resourceVersion)
     moved = e.snapshot(e.now).workloads
     assert moved is not first and moved.keys() == first.keys()
     key = f"{w.namespace}/{w.name}"
