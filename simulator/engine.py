@@ -50,6 +50,7 @@ from autoscaler.controller.recommend import RecommendationReconciler
 from autoscaler.controller.reconcilers import build_reconcilers
 from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.controller.stall import StallReconciler
+from autoscaler.core.policy.annotations import policy_from_annotations
 from autoscaler.core.policy.stall import StallConfig
 from autoscaler.core.snapshot import (
     CHECK_PENDING,
@@ -301,6 +302,17 @@ class Engine:
         self.busy_utilization_from: float | None = None
         if self.drive_reconcilers and self.stall is not None and self.recommend is None:
             self.busy_utilization_from = self.stall.config.gpu_utilization
+        # a Ray worker's utilization (on its RayWorker) is read by the scaling decision only once no task
+        # runs on it (whether it is idle, and which idle worker goes first), unless the utilization
+        # target is kept as a floor (``keep_spare_for_target``, off by default), and by the right-sizing
+        # feed and a baseline's scaler (hpa averages it).  Where none of those reads it, a worker running
+        # a task carries its task's mean level, and a step of the task's level moves no worker's view
+        # (``SnapshotBuilder.busy_workers_at_mean``): the same decisions (tested)
+        self.busy_worker_utilization = not (
+            self.drive_reconcilers and self.scaling is not None and self.recommend is None
+            and self.policy.baseline is None and not self._keeps_spare_for_target())
+        if not self.busy_worker_utilization:
+            self.snapshots.busy_workers_at_mean()
         if not self.snapshot_utilization:
             self.snapshots.without_utilization()
         elif not self.worker_gpu_utilization:
@@ -337,6 +349,15 @@ class Engine:
             self._pass_queued.add(t)
             self.push(t, "pass")
 
+    def _keeps_spare_for_target(self) -> bool:
+        """Whether a team's RayCluster keeps spare workers for the utilization target (the policy its
+        annotations give over the scaling reconciler's defaults): its decisions then read every ready
+        worker's utilization."""
+        if self.scaling is None:
+            return False
+        policy, _ = policy_from_annotations(self.snapshots.ray_annotations, self.scaling.defaults)
+        return policy.keep_spare_for_target
+
     def static_replicas(self, team: str) -> int:
         """The mean number of GPUs the team's Ray tasks hold (work + idle tail) over the window."""
         busy = sum(j.duration + j.idle_tail for j in self.jobs if j.kind == TASK and j.team == team)
@@ -346,6 +367,9 @@ class Engine:
         """What a baseline scaler sees of ``team``'s worker group; each worker's view is the one built
         before while the worker was not touched and its ready/busy state did not flip (``WorkerViews``)."""
         rc = self.rays[team]
+        if not self.busy_worker_utilization:  # no baseline runs here, and a level's step touches no worker
+            workers = tuple(self._worker_view(w, now) for w in rc.workers_by_name())
+            return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue), rc.startup_s)
         views = self._group_views.get(team)
         if views is None:
             views = self._group_views[team] = WorkerViews(rc, self._worker_view)
@@ -850,7 +874,8 @@ class Engine:
                 # the task's utilization moved (a phase or segment change): the worker is observed anew
                 # (a new generation: views cached by it are rebuilt); its end event follows it
                 wk.generation += 1
-                rc.touch(wk.name)
+                if self.busy_worker_utilization:  # (else no view reads the level: ``busy_worker_utilization``)
+                    rc.touch(wk.name)
                 self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
 
     def _w_set(self, rc: SimRayCluster, wk: SimWorker) -> None:

@@ -136,7 +136,8 @@ class SnapshotBuilder:
         self._workloads: dict[str, tuple[int, WorkloadState]] = {}
         self._wl_map: Mapping[str, WorkloadState] | None = None  # the last snapshot's Workloads
         self._wl_moves: int | None = None  # ``SimKueue.workload_moves`` when that map was built
-        self._workers: dict[str, tuple[tuple[int, bool, bool], RayWorker]] = {}
+        self._workers: dict[str, tuple[tuple[object, ...], RayWorker]] = {}
+        self._busy_at_mean = False  # a worker running a task carries its task's mean level (``busy_workers_at_mean``)
         # whole-map caches: the node map until a node changes, the ClusterQueues by their usage
         # (each RayCluster's worker tuple is kept by change: ``_ray_workers``)
         self._node_map: Mapping[str, NodeState] | None = None
@@ -193,6 +194,19 @@ class SnapshotBuilder:
         if of is None:
             self._pod_util = None
         self._unread = of
+
+    ray_annotations = _RAY_ANNOTATIONS  # every team RayCluster's annotations (the scaling policy reads them)
+
+    def busy_workers_at_mean(self) -> None:
+        """From now on a Ray worker running a task carries its task's mean level (``Job.util``) as its
+        GPU utilization, not the level of the task's current segment, and its view is built again only
+        when its task, readiness or busy state moves: for a world whose readers never read a busy
+        worker's value (the scaling decision reads a worker's utilization only once no task runs on it,
+        unless the utilization target is kept as a floor; ``Engine.busy_worker_utilization``).  Before
+        the first snapshot."""
+        if self.builds or self._workers:
+            raise RuntimeError("simulator: busy workers' utilization can be set only before the first snapshot")
+        self._busy_at_mean = True
 
     def utilization_changed(self, node: str) -> None:
         """A pod on ``node`` has a new GPU utilization in ``pod_util``: its NodeState is built anew."""
@@ -308,13 +322,18 @@ class SnapshotBuilder:
         )
 
     def _worker(self, rc: SimRayCluster, w: SimWorker, now: float) -> RayWorker:
-        key = (w.generation, w.ready(now), w.busy(now))
+        ready, busy = w.ready(now), w.busy(now)
+        key: tuple[object, ...]
+        if self._busy_at_mean:  # (a task's segment steps move no view: ``busy_workers_at_mean``)
+            key = (w.task, w.busy_until, ready, busy)
+        else:
+            key = (w.generation, ready, busy)
         cached = self._workers.get(w.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        u = w.util(now)
+        u = w.task.util if busy and self._busy_at_mean and w.task is not None else w.util(now)
         state = RayWorker(
-            pod=w.name, node=self.cluster.node_of(f"{rc.namespace}/{w.name}"), phase="Running", ready=key[1],
+            pod=w.name, node=self.cluster.node_of(f"{rc.namespace}/{w.name}"), phase="Running", ready=ready,
             created_at=w.created, gpus=1, gpu_utilization=u, cpu_utilization=0.05 + 0.5 * u, ray_busy=w.ray_busy(),
             ray_running_tasks=w.running_tasks(now),
         )

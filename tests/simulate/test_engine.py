@@ -271,6 +271,92 @@ def test_the_snapshot_carries_the_gpus_utilization_where_the_stall_detector_read
     assert e.recommend is not None and e.busy_utilization_from is None
 
 
+def _busy_levels(e: Engine) -> list[tuple[float | None, float, float]]:
+    """Record, at each of ``e``'s snapshots, every busy Ray worker's (carried utilization, its task's mean
+    level, its level now)."""
+    seen: list[tuple[float | None, float, float]] = []
+    build = e.snapshot
+
+    def snapshot(now: float, **kw):
+        snap = build(now, **kw)
+        for rc in e.rays.values():
+            for rw in snap.ray_clusters[f"{rc.namespace}/{rc.name}"].groups[0].workers:
+                wk = rc.workers.get(rw.pod)
+                if wk is not None and wk.task is not None and wk.busy(now):
+                    seen.append((rw.gpu_utilization, wk.task.util, wk.util(now)))
+        return snap
+
+    e.snapshot = snapshot  # type: ignore[method-assign]
+    return seen
+
+
+def _with_spare_for_target(monkeypatch) -> None:
+    """Every queuepilot policy with ``scaling.keep_spare_for_target: true`` (the utilization target kept
+    as a floor, which reads every ready worker's utilization)."""
+    import simulator.engine as engine_mod
+
+    real = engine_mod.make_policy
+
+    def make(name, teams, static_replicas):
+        p = real(name, teams, static_replicas)
+        if p.queuepilot_scaling:
+            p.settings = {**p.settings, "scaling": {**p.settings.get("scaling", {}), "keep_spare_for_target": True}}
+        return p
+
+    monkeypatch.setattr(engine_mod, "make_policy", make)
+
+
+@pytest.mark.parametrize("stall", [False, True])
+def test_a_busy_workers_level_steps_change_no_number_where_no_reader_reads_them(stall, monkeypatch):
+    """Without the right-sizing feed and under the controller's scaler (no utilization floor), a Ray
+    worker running a task carries its task's mean level, and a step of the task's level moves no
+    worker's view (``Engine.busy_worker_utilization``): the same summary and the very same Events
+    (messages and times too) as a run in which every busy worker carries its level of the moment.
+    The levels did step while workers were busy, and the scaler did remove idle workers and replace
+    idle actors (else the comparison would say nothing)."""
+    jobs = _small_jobs(24.0, seed=9)
+    cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, rightsizing=False, stall_reclaim=stall)
+    at_mean = Engine(jobs, 24 * 3600.0, "queuepilot-reclaim", cfg)
+    assert not at_mean.busy_worker_utilization
+    seen = _busy_levels(at_mean)
+    at_mean_summary = at_mean.run().summary()
+    assert seen and all(carried == mean for carried, mean, _ in seen)
+    assert any(now != mean for _, mean, now in seen)  # the levels stepped under the carried mean
+    monkeypatch.setattr(Engine, "_keeps_spare_for_target", lambda self: True)  # as if a reader read them
+    every = Engine(jobs, 24 * 3600.0, "queuepilot-reclaim", cfg)
+    assert every.busy_worker_utilization
+    seen_every = _busy_levels(every)
+    every_summary = every.run().summary()
+    assert seen_every and all(carried == now for carried, _, now in seen_every)
+    # idle workers removed and idle actors replaced: the decisions that read a worker's utilization
+    reasons = {k[2] for k in every.writer.event_counts if k[0] == "RayCluster"}
+    assert {"IdleWorkers", "IdleWorkersReplaced", "PendingDemand"} <= reasons, every.writer.event_counts
+    assert at_mean.writer.event_counts == every.writer.event_counts
+    assert list(at_mean.writer.events) == list(every.writer.events)
+    assert at_mean_summary == every_summary
+
+
+def test_busy_workers_carry_their_level_where_something_reads_it(monkeypatch):
+    """The right-sizing feed, a baseline's scaler (hpa averages the levels) and a utilization floor read a
+    busy worker's level: there every worker carries its level of the moment.  The floor does read it:
+    a run that carried the mean there would decide otherwise (so the rule must leave it out)."""
+    for policy, rightsizing in (("queuepilot", True), ("hpa", False), ("static", False), ("ray-idle", False)):
+        e = Engine(_small_jobs(1.0), 3600.0, policy, SimConfig(nodes=4, teams=TEAMS, rightsizing=rightsizing))
+        assert e.busy_worker_utilization, (policy, rightsizing)
+    _with_spare_for_target(monkeypatch)
+    jobs = _small_jobs(24.0, seed=9)
+    cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, rightsizing=False)
+    every = Engine(jobs, 24 * 3600.0, "queuepilot", cfg)
+    assert every.scaling is not None and every.scaling.defaults.keep_spare_for_target
+    assert every.busy_worker_utilization
+    every_summary = every.run().summary()
+    monkeypatch.setattr(Engine, "_keeps_spare_for_target", lambda self: False)  # the rule, wrongly applied
+    at_mean = Engine(jobs, 24 * 3600.0, "queuepilot", cfg)
+    assert not at_mean.busy_worker_utilization
+    at_mean_summary = at_mean.run().summary()
+    assert (at_mean_summary, list(at_mean.writer.events)) != (every_summary, list(every.writer.events))
+
+
 @pytest.mark.parametrize("policy", ["queuepilot", "queuepilot-reclaim", "static", "ray-idle", "keda"])
 def test_an_admission_pass_on_unchanged_workloads_decides_what_the_full_pass_decides(policy, monkeypatch):
     """A pass whose snapshot holds the last quiet pass's very Workload map (nothing decided, nothing

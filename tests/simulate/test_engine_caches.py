@@ -87,6 +87,7 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing
     equal fresh ones built so."""
     e = _engine(policy, rightsizing=rightsizing, stall_reclaim=stall)
     assert e.worker_gpu_utilization is rightsizing
+    assert e.busy_worker_utilization is (rightsizing or e.policy.baseline is not None)
     assert e.snapshot_utilization is (rightsizing or (stall and e.policy.baseline is None))
 
     def fresh_builder() -> SnapshotBuilder:
@@ -94,6 +95,8 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing
                             pod_util=_fresh_pod_util(e) if e.snapshot_utilization else None)
         if e.snapshot_utilization and not e.worker_gpu_utilization:
             b.without_utilization(of=e.ray_worker_pod)
+        if not e.busy_worker_utilization:
+            b.busy_workers_at_mean()
         return b
 
     async def go() -> int:
