@@ -302,15 +302,14 @@ class Engine:
         self.busy_utilization_from: float | None = None
         if self.drive_reconcilers and self.stall is not None and self.recommend is None:
             self.busy_utilization_from = self.stall.config.gpu_utilization
-        # a Ray worker's utilization (on its RayWorker) is read by the scaling decision only once no task
-        # runs on it (whether it is idle, and which idle worker goes first), unless the utilization
-        # target is kept as a floor (``keep_spare_for_target``, off by default), and by the right-sizing
-        # feed and a baseline's scaler (hpa averages it).  Where none of those reads it, a worker running
-        # a task carries its task's mean level, and a step of the task's level moves no worker's view
-        # (``SnapshotBuilder.busy_workers_at_mean``): the same decisions (tested)
-        self.busy_worker_utilization = not (
-            self.drive_reconcilers and self.scaling is not None and self.recommend is None
-            and self.policy.baseline is None and not self._keeps_spare_for_target())
+        # a Ray worker's utilization is read by the scaling decision only once no task runs on it
+        # (whether it is idle, and which idle worker goes first), unless the utilization target is kept
+        # as a floor (``keep_spare_for_target``, off by default); by the right-sizing feed; and of the
+        # baselines' scalers by hpa alone (it averages it).  Where none of those reads it, a worker
+        # running a task carries its task's mean level (on its RayWorker and a baseline's WorkerView),
+        # and a step of the task's level moves no worker's view (``SnapshotBuilder.busy_workers_at_mean``):
+        # the same decisions (tested)
+        self.busy_worker_utilization = self._reads_busy_worker_utilization()
         if not self.busy_worker_utilization:
             self.snapshots.busy_workers_at_mean()
         if not self.snapshot_utilization:
@@ -349,14 +348,20 @@ class Engine:
             self._pass_queued.add(t)
             self.push(t, "pass")
 
-    def _keeps_spare_for_target(self) -> bool:
-        """Whether a team's RayCluster keeps spare workers for the utilization target (the policy its
-        annotations give over the scaling reconciler's defaults): its decisions then read every ready
-        worker's utilization."""
-        if self.scaling is None:
-            return False
-        policy, _ = policy_from_annotations(self.snapshots.ray_annotations, self.scaling.defaults)
-        return policy.keep_spare_for_target
+    def _reads_busy_worker_utilization(self) -> bool:
+        """Whether anything in this world reads the utilization of a Ray worker that runs a task: the
+        reconcilers run by somebody else, the right-sizing feed, a baseline's scaler that reads it
+        (``Scaler.reads_utilization``), or the controller's scaler keeping spare workers for the
+        utilization target (the policy a team RayCluster's annotations give over its defaults)."""
+        if not self.drive_reconcilers or self.recommend is not None:
+            return True
+        baseline = self.policy.baseline
+        if baseline is not None and any(s.reads_utilization for s in baseline.scalers.values()):
+            return True
+        if self.scaling is not None:
+            policy, _ = policy_from_annotations(self.snapshots.ray_annotations, self.scaling.defaults)
+            return policy.keep_spare_for_target
+        return False
 
     def static_replicas(self, team: str) -> int:
         """The mean number of GPUs the team's Ray tasks hold (work + idle tail) over the window."""
@@ -367,9 +372,6 @@ class Engine:
         """What a baseline scaler sees of ``team``'s worker group; each worker's view is the one built
         before while the worker was not touched and its ready/busy state did not flip (``WorkerViews``)."""
         rc = self.rays[team]
-        if not self.busy_worker_utilization:  # no baseline runs here, and a level's step touches no worker
-            workers = tuple(self._worker_view(w, now) for w in rc.workers_by_name())
-            return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue), rc.startup_s)
         views = self._group_views.get(team)
         if views is None:
             views = self._group_views[team] = WorkerViews(rc, self._worker_view)
@@ -379,14 +381,21 @@ class Engine:
     def _worker_view(self, w: SimWorker, now: float) -> WorkerView:
         """A baseline's view of one worker, the one built before while nothing in it moved: its
         utilization changes only with its ``generation`` (bumped when the ledger sees its task's
-        utilization move, and kept current by the tick's accounting before any scaler looks)."""
+        utilization move, and kept current by the tick's accounting before any scaler looks); where the
+        scaler reads no worker's level, a busy worker carries its task's mean and the view moves with
+        its task, readiness, busy state and idle time alone (``busy_worker_utilization``)."""
         ready, ray_busy, busy = now >= w.ready_at, w.task is not None, w.task is not None and now < w.busy_until
         idle_since = None if ray_busy else w.idle_since
-        key = (w.generation, ready, ray_busy, busy, idle_since)
+        key: tuple[Any, ...]
+        if self.busy_worker_utilization:
+            key = (w.generation, ready, ray_busy, busy, idle_since)
+        else:  # the scaler reads no worker's level: a busy one carries its task's mean (``busy_worker_utilization``)
+            key = (w.task, w.busy_until, ready, ray_busy, busy, idle_since)
         cached = self._views.get(w.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        view = WorkerView(w.name, ready, ray_busy, busy, w.util(now), idle_since)
+        util = w.task.util if busy and not self.busy_worker_utilization and w.task is not None else w.util(now)
+        view = WorkerView(w.name, ready, ray_busy, busy, util, idle_since)
         self._views[w.name] = (key, view)
         return view
 

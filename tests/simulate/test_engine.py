@@ -272,21 +272,36 @@ def test_the_snapshot_carries_the_gpus_utilization_where_the_stall_detector_read
 
 
 def _busy_levels(e: Engine) -> list[tuple[float | None, float, float]]:
-    """Record, at each of ``e``'s snapshots, every busy Ray worker's (carried utilization, its task's mean
-    level, its level now)."""
+    """Record, wherever ``e``'s scaler looks (the controller's snapshot, a baseline's group view), every
+    busy Ray worker's (carried utilization, its task's mean level, its level now)."""
     seen: list[tuple[float | None, float, float]] = []
-    build = e.snapshot
 
-    def snapshot(now: float, **kw):
-        snap = build(now, **kw)
-        for rc in e.rays.values():
-            for rw in snap.ray_clusters[f"{rc.namespace}/{rc.name}"].groups[0].workers:
-                wk = rc.workers.get(rw.pod)
-                if wk is not None and wk.task is not None and wk.busy(now):
-                    seen.append((rw.gpu_utilization, wk.task.util, wk.util(now)))
-        return snap
+    def note(rc, name: str, carried: float | None, now: float) -> None:
+        wk = rc.workers.get(name)
+        if wk is not None and wk.task is not None and wk.busy(now):
+            seen.append((carried, wk.task.util, wk.util(now)))
 
-    e.snapshot = snapshot  # type: ignore[method-assign]
+    if e.policy.baseline is None:
+        build = e.snapshot
+
+        def snapshot(now: float, **kw):
+            snap = build(now, **kw)
+            for rc in e.rays.values():
+                for rw in snap.ray_clusters[f"{rc.namespace}/{rc.name}"].groups[0].workers:
+                    note(rc, rw.pod, rw.gpu_utilization, now)
+            return snap
+
+        e.snapshot = snapshot  # type: ignore[method-assign]
+    else:
+        view = e.group_view
+
+        def group_view(team: str, now: float):
+            v = view(team, now)
+            for w in v.workers:
+                note(e.rays[team], w.name, w.util, now)
+            return v
+
+        e.group_view = group_view  # type: ignore[method-assign]
     return seen
 
 
@@ -306,43 +321,46 @@ def _with_spare_for_target(monkeypatch) -> None:
     monkeypatch.setattr(engine_mod, "make_policy", make)
 
 
-@pytest.mark.parametrize("stall", [False, True])
-def test_a_busy_workers_level_steps_change_no_number_where_no_reader_reads_them(stall, monkeypatch):
-    """Without the right-sizing feed and under the controller's scaler (no utilization floor), a Ray
-    worker running a task carries its task's mean level, and a step of the task's level moves no
-    worker's view (``Engine.busy_worker_utilization``): the same summary and the very same Events
-    (messages and times too) as a run in which every busy worker carries its level of the moment.
-    The levels did step while workers were busy, and the scaler did remove idle workers and replace
-    idle actors (else the comparison would say nothing)."""
+@pytest.mark.parametrize(("policy", "stall"), [("queuepilot-reclaim", False), ("queuepilot-reclaim", True),
+                                               ("ray-idle", False), ("keda", False), ("static", False)])
+def test_a_busy_workers_level_steps_change_no_number_where_no_reader_reads_them(policy, stall, monkeypatch):
+    """Without the right-sizing feed, under the controller's scaler (no utilization floor) or a baseline
+    whose scaler reads no worker's level (all but hpa), a Ray worker running a task carries its task's
+    mean level, and a step of the task's level moves no worker's view (``Engine.busy_worker_utilization``):
+    the same summary and the very same Events (messages and times too) as a run in which every busy
+    worker carries its level of the moment.  The levels did step while workers were busy (else the
+    comparison would say nothing); the controller's scaler removed idle workers and replaced idle actors."""
     jobs = _small_jobs(24.0, seed=9)
     cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, rightsizing=False, stall_reclaim=stall)
-    at_mean = Engine(jobs, 24 * 3600.0, "queuepilot-reclaim", cfg)
+    at_mean = Engine(jobs, 24 * 3600.0, policy, cfg)
     assert not at_mean.busy_worker_utilization
     seen = _busy_levels(at_mean)
     at_mean_summary = at_mean.run().summary()
     assert seen and all(carried == mean for carried, mean, _ in seen)
     assert any(now != mean for _, mean, now in seen)  # the levels stepped under the carried mean
-    monkeypatch.setattr(Engine, "_keeps_spare_for_target", lambda self: True)  # as if a reader read them
-    every = Engine(jobs, 24 * 3600.0, "queuepilot-reclaim", cfg)
+    monkeypatch.setattr(Engine, "_reads_busy_worker_utilization", lambda self: True)  # as if a reader read them
+    every = Engine(jobs, 24 * 3600.0, policy, cfg)
     assert every.busy_worker_utilization
     seen_every = _busy_levels(every)
     every_summary = every.run().summary()
     assert seen_every and all(carried == now for carried, _, now in seen_every)
-    # idle workers removed and idle actors replaced: the decisions that read a worker's utilization
-    reasons = {k[2] for k in every.writer.event_counts if k[0] == "RayCluster"}
-    assert {"IdleWorkers", "IdleWorkersReplaced", "PendingDemand"} <= reasons, every.writer.event_counts
+    if every.scaling is not None:  # idle workers removed and idle actors replaced: decisions that read a level
+        reasons = {k[2] for k in every.writer.event_counts if k[0] == "RayCluster"}
+        assert {"IdleWorkers", "IdleWorkersReplaced", "PendingDemand"} <= reasons, every.writer.event_counts
     assert at_mean.writer.event_counts == every.writer.event_counts
     assert list(at_mean.writer.events) == list(every.writer.events)
     assert at_mean_summary == every_summary
 
 
 def test_busy_workers_carry_their_level_where_something_reads_it(monkeypatch):
-    """The right-sizing feed, a baseline's scaler (hpa averages the levels) and a utilization floor read a
-    busy worker's level: there every worker carries its level of the moment.  The floor does read it:
-    a run that carried the mean there would decide otherwise (so the rule must leave it out)."""
-    for policy, rightsizing in (("queuepilot", True), ("hpa", False), ("static", False), ("ray-idle", False)):
+    """The right-sizing feed, hpa (it averages the levels) and a utilization floor read a busy worker's
+    level: there every worker carries its level of the moment; elsewhere none is read.  The floor does
+    read it: a run that carried the mean there would decide otherwise (so the rule must leave it out)."""
+    for policy, rightsizing, reads in (("queuepilot", True, True), ("ray-idle", True, True), ("hpa", False, True),
+                                       ("queuepilot", False, False), ("kueue-quota", False, False),
+                                       ("ray-idle", False, False), ("keda", False, False), ("static", False, False)):
         e = Engine(_small_jobs(1.0), 3600.0, policy, SimConfig(nodes=4, teams=TEAMS, rightsizing=rightsizing))
-        assert e.busy_worker_utilization, (policy, rightsizing)
+        assert e.busy_worker_utilization is reads, (policy, rightsizing)
     _with_spare_for_target(monkeypatch)
     jobs = _small_jobs(24.0, seed=9)
     cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, rightsizing=False)
@@ -350,7 +368,7 @@ def test_busy_workers_carry_their_level_where_something_reads_it(monkeypatch):
     assert every.scaling is not None and every.scaling.defaults.keep_spare_for_target
     assert every.busy_worker_utilization
     every_summary = every.run().summary()
-    monkeypatch.setattr(Engine, "_keeps_spare_for_target", lambda self: False)  # the rule, wrongly applied
+    monkeypatch.setattr(Engine, "_reads_busy_worker_utilization", lambda self: False)  # the rule, wrongly applied
     at_mean = Engine(jobs, 24 * 3600.0, "queuepilot", cfg)
     assert not at_mean.busy_worker_utilization
     at_mean_summary = at_mean.run().summary()

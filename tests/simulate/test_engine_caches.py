@@ -79,7 +79,7 @@ def _fresh_pod_util(e: Engine) -> dict[str, float]:
 
 @pytest.mark.parametrize(("policy", "rightsizing", "stall"), [
     ("queuepilot-reclaim", True, False), ("hpa", True, False), ("kueue-quota", True, False),
-    ("hpa", False, False), ("queuepilot-reclaim", False, False), ("queuepilot-reclaim", False, True)])
+    ("hpa", False, False), ("ray-idle", False, False), ("queuepilot-reclaim", False, False), ("queuepilot-reclaim", False, True)])
 def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing: bool, stall: bool) -> None:
     """Every cache against a builder with none, off the control interval.  Without the right-sizing
     feed a Ray worker's GPUs carry no utilization on the snapshot, and without the stall detector too
@@ -87,7 +87,7 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing
     equal fresh ones built so."""
     e = _engine(policy, rightsizing=rightsizing, stall_reclaim=stall)
     assert e.worker_gpu_utilization is rightsizing
-    assert e.busy_worker_utilization is (rightsizing or e.policy.baseline is not None)
+    assert e.busy_worker_utilization is (rightsizing or policy == "hpa")
     assert e.snapshot_utilization is (rightsizing or (stall and e.policy.baseline is None))
 
     def fresh_builder() -> SnapshotBuilder:
@@ -113,7 +113,9 @@ def test_cached_views_equal_fresh_ones_throughout_a_run(policy: str, rightsizing
             assert snap == replace(want, admission_checks=snap.admission_checks)
             for team, rc in e.rays.items():  # a baseline's worker views, as built fresh
                 fresh_views = tuple(
-                    WorkerView(w.name, w.ready(e.now), w.ray_busy(), w.busy(e.now), w.util(e.now),
+                    WorkerView(w.name, w.ready(e.now), w.ray_busy(), w.busy(e.now),
+                               w.task.util if w.task is not None and w.busy(e.now) and not e.busy_worker_utilization
+                               else w.util(e.now),
                                None if w.task is not None else w.idle_since)
                     for w in sorted(rc.workers.values(), key=lambda x: x.name))
                 assert e.group_view(team, e.now).workers == fresh_views
