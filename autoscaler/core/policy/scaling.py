@@ -170,7 +170,19 @@ class GroupHistory:
         if (recommendations is self.recommendations and scale_events is self.scale_events
                 and reclaims is self.reclaims):
             return self
-        return replace(self, recommendations=recommendations, scale_events=scale_events, reclaims=reclaims)
+        return self.but(recommendations=recommendations, scale_events=scale_events, reclaims=reclaims)
+
+    def but(self, *, recommendations: tuple[tuple[float, int], ...] | None = None,
+            scale_events: tuple[tuple[float, int], ...] | None = None, reclaims: tuple[float, ...] | None = None,
+            steady: SteadyHold | None = None) -> GroupHistory:
+        """``replace(self, ...)`` for the fields a pass changes at every decision (None: kept), built
+        directly: every pass prunes each group's history and records a recommendation in it."""
+        return GroupHistory(
+            recommendations=self.recommendations if recommendations is None else recommendations,
+            scale_events=self.scale_events if scale_events is None else scale_events,
+            idle_since=self.idle_since, user_max=self.user_max, written_max=self.written_max,
+            last_launch=self.last_launch, reclaims=self.reclaims if reclaims is None else reclaims,
+            steady=self.steady if steady is None else steady)
 
     def reclaims_in_period(self, now: float) -> int:
         """Workers reclaimed in this group during the last hour (the budget's period)."""
@@ -1089,8 +1101,7 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
         # and the hold now holds this pass's group (as the steps would record it)
         held = h.steady if h.steady.group is case.group else SteadyHold(
             case.group, h.steady.policy, h.steady.pressure, h.steady.decision)
-        return held.decision, replace(h, recommendations=(*h.recommendations, (case.now, case.current)),
-                                      steady=held)
+        return held.decision, h.but(recommendations=(*h.recommendations, (case.now, case.current)), steady=held)
     ws = _observe(case, h)
     raw, reason, msg = _recommend(case, ws)
     capped = _quota_headroom(case, raw)
