@@ -501,6 +501,8 @@ class Engine:
             await self._on_tick()
         elif ev.kind == "pass":
             await self._on_pass()
+        elif ev.kind == "busy_end":
+            self._on_busy_end(ev.data, ev.seq)
         else:
             getattr(self, "_on_" + ev.kind)(ev.data)
 
@@ -576,14 +578,21 @@ class Engine:
             self._open_busy[wk.name] = iv
             self._w_set(rc, wk)
             self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
+            wk.end_carrier = wk.end_seq = self._seq
             if job.id not in self._started:
                 self._started.add(job.id)
                 self.metrics.record_wait(TASK, self.now - job.submit)
 
-    def _on_busy_end(self, data: tuple[str, str, int]) -> None:
+    def _on_busy_end(self, data: tuple[str, str, int], seq: int) -> None:
         team, name, gen = data
         rc = self.rays[team]
         wk = rc.workers.get(name)
+        if wk is not None and seq == wk.end_carrier and wk.end_seq != seq:
+            # the task's level stepped since its end was pushed (``_ledger_refresh``): its end is due later
+            # in this instant's order, where a fresh push at the step would have put it; carry it there
+            wk.end_carrier = wk.end_seq
+            heapq.heappush(self.heap, TimedEvent(self.now, wk.end_seq, "busy_end", (team, name, wk.generation)))
+            return
         if wk is None or wk.generation != gen or wk.task is None:
             return
         self.metrics.jobs_completed += 1
@@ -885,7 +894,10 @@ class Engine:
                 wk.generation += 1
                 if self.busy_worker_utilization:  # (else no view reads the level: ``busy_worker_utilization``)
                     rc.touch(wk.name)
-                self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
+                # its end event is due after every event pushed until now (as pushing it again would make
+                # it; the one on the heap carries it there when it comes: ``_on_busy_end``)
+                self._seq += 1
+                wk.end_seq = self._seq
 
     def _w_set(self, rc: SimRayCluster, wk: SimWorker) -> None:
         """A Ray worker's ledger entry now: not ready -> starting; nothing on it -> empty; its actor's

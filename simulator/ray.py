@@ -31,6 +31,10 @@ class SimWorker:
     tail_until: float = 0.0
     idle_since: float = 0.0
     generation: int = 0  # bumped when the task or its utilization changes (stale events are ignored)
+    # the task's end event: the seq of the one on the heap (``end_carrier``) and the seq it is due at
+    # (``end_seq``: a step of the task's level moves it on in the order, as pushing it again would)
+    end_carrier: int = 0
+    end_seq: int = 0
 
     def ready(self, now: float) -> bool:
         return now >= self.ready_at

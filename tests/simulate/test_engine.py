@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from simulator.cluster import SimCluster
@@ -421,3 +423,48 @@ def test_the_stall_detector_runs_where_it_may_deactivate():
     baseline = Engine(_small_jobs(2.0), 2 * 3600.0, "ray-idle", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
     assert on.stall is not None and on.stall.config.deactivate_cluster_queues
     assert baseline.stall is None  # a baseline opts nothing in: the detector could only report
+
+
+def test_a_tasks_end_keeps_its_place_among_same_time_events_when_its_level_steps():
+    """A Ray task's end event is pushed once, when it starts; a step of the task's level (a new
+    segment, seen by the ledger) moves the end on in the order of the events due at the same instant,
+    where pushing it again at the step would have put it (``_ledger_refresh``, ``_on_busy_end``): an
+    event pushed for that instant before the step is handled before the end, one pushed after the step
+    after it; and the heap never holds more than the one end event."""
+    key = next(k for k in range(1000) if PhasedProfile(k, 900.0, 0.0, 0.5, None, 0.0, (0.2, 0.9)).util_at(599.0)
+               != PhasedProfile(k, 900.0, 0.0, 0.5, None, 0.0, (0.2, 0.9)).util_at(600.0))
+    prof = PhasedProfile(key, 900.0, 0.0, 0.5, None, 0.0, (0.2, 0.9))
+    job = Job(1, TEAMS[0], 0.0, 900.0, 1, 0.5, 0.0, prof)
+    e = Engine([job], 3600.0, "static", SimConfig(nodes=1, teams=TEAMS, rightsizing=False))
+    order: list[tuple[float, str]] = []
+    e._on_probe = lambda data: order.append((e.now, data))  # type: ignore[attr-defined]
+    handle_end = e._on_busy_end
+
+    def on_busy_end(data, seq):
+        done = e.metrics.jobs_completed
+        handle_end(data, seq)
+        if e.metrics.jobs_completed > done:
+            order.append((e.now, "end"))
+
+    e._on_busy_end = on_busy_end  # type: ignore[method-assign]
+
+    rc = e.rays[TEAMS[0]]
+    # the one worker the static policy keeps starts at 90 s (its start-up) and takes the task at once:
+    # its level steps 600 s into the task (690 s), and its end is due at 990 s, a tick's time too
+    end = e.cfg.worker_startup_s + job.duration
+
+    async def go() -> list[int]:
+        e.start()
+        ends_on_heap = []
+        for t, probe in ((500.0, "pushed before the step"), (800.0, "pushed after the step"), (2000.0, None)):
+            await e.advance(t)
+            ends_on_heap.append(sum(1 for ev in e.heap if ev.kind == "busy_end"))
+            if probe is not None:
+                e.push(end, "probe", probe)
+        return ends_on_heap
+
+    ends = asyncio.run(go())
+    (wk_name,) = rc.workers  # the one worker the static policy keeps
+    assert ends[:2] == [1, 1] and ends[2] == 0, ends
+    assert [what for t, what in order if t == end] == ["pushed before the step", "end", "pushed after the step"]
+    assert rc.workers[wk_name].generation >= 3  # the task (1), its level's steps (>= 1), its end (1)
