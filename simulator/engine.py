@@ -83,7 +83,6 @@ from simulator.metrics import IDLE_CLASSES, IDLE_UTIL, RunMetrics, lower_bound_i
 from simulator.ray import SimRayCluster, SimWorker, WorkerViews
 from simulator.snapshot import CHECK_NAME, POD_SET, SnapshotBuilder
 from simulator.timed_event import TimedEvent
-from simulator.utilization import SEGMENT_S
 from simulator.workload import TASK, Job, team_gpu_shares
 from simulator.writer import SimWriter
 
@@ -914,11 +913,10 @@ class Engine:
         else:
             start = wk.busy_until - wk.task.duration
             t = now - start
-            u = wk.task.util_at(t)
-            until = min(wk.busy_until, _after(now, start + _next_change(wk.task, t)))
+            phase, u, nxt = wk.task.at(t)
+            until = min(wk.busy_until, _after(now, start + nxt))
             cls: str | None = None
             if u < IDLE_UTIL:
-                phase = wk.task.phase_at(t)
                 cls = "stalled" if phase == "stalled" else "starting" if phase == "starting" else "in_job"
             e = (until, u, cls, cls == "starting", 1)  # a task's own start-up: no scaler avoids it
         self._l_put(key, e)
@@ -939,11 +937,10 @@ class Engine:
                                                              True, gpus)
         else:
             job = w.job
-            u = job.util_at(t)
-            until = _after(self.now, start + self.cfg.rayjob_startup_s + _next_change(job, t))
+            phase, u, nxt = job.at(t)
+            until = _after(self.now, start + self.cfg.rayjob_startup_s + nxt)
             cls: str | None = None
             if u < IDLE_UTIL:
-                phase = job.phase_at(t)
                 cls = "stalled" if phase == "stalled" else "starting" if phase == "starting" else "in_job"
             e = (until, u * gpus, cls, cls == "starting", gpus)
         self._l_put(w.name, e)
@@ -1048,13 +1045,6 @@ def _work_s(job: Job) -> float:
     """Seconds of a job's run that are work: up to its stall, if it stalls before its end."""
     stall = job.stall_start
     return job.duration if stall is None or stall >= job.duration else max(0.0, stall)
-
-
-def _next_change(job: Job, t: float) -> float:
-    """The next time of the job's run after ``t`` at which its utilization or phase may change."""
-    if job.profile is not None:
-        return job.profile.next_change(t)
-    return (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S
 
 
 def _after(now: float, t: float) -> float:

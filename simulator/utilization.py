@@ -79,6 +79,10 @@ class Profile(Protocol):
 
     def next_change(self, t: float) -> float: ...
 
+    def at(self, t: float) -> tuple[str, float, float]:
+        """``(phase_at(t), util_at(t), next_change(t))`` at once (the ledger asks all three)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class JobUtil:
@@ -131,6 +135,16 @@ class ScatteredProfile:
             return self.work_s + self.tail if t < self.work_s + self.tail else math.inf
         return min(nxt, self.work_s) if self.tail > 0 else nxt
 
+    def at(self, t: float) -> tuple[str, float, float]:
+        if self.tail > 0 and t >= self.work_s:
+            return STALLED, 0.0, self.work_s + self.tail if t < self.work_s + self.tail else math.inf
+        nxt = (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S
+        if self.tail > 0:
+            nxt = min(nxt, self.work_s)
+        if scattered_idle(self.job_id, int(t // SEGMENT_S)):
+            return IN_JOB_IDLE, 0.0, nxt
+        return ACTIVE, self.level, nxt
+
 
 @dataclass(frozen=True, slots=True)
 class PhasedProfile:
@@ -172,6 +186,10 @@ class PhasedProfile:
         if t >= stop:
             return math.inf
         return min(stop, (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S)
+
+    def at(self, t: float) -> tuple[str, float, float]:
+        phase, util = self._seg(t)
+        return phase, util, self.next_change(t)
 
     def mean_util(self, t0: float, t1: float) -> float:
         """Time-mean of ``util_at`` over ``[t0, t1)`` (exact, segment by segment)."""

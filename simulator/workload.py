@@ -120,6 +120,17 @@ class Job:
             return "stalled"
         return "in_job_idle" if scattered_idle(self.id, int(t_running // SEGMENT_S)) else "active"
 
+    def at(self, t_running: float) -> tuple[str, float, float]:
+        """``(phase_at, util_at, the next time its utilization or phase may change)`` at ``t_running``."""
+        if self.profile is not None:
+            return self.profile.at(t_running)
+        nxt = (math.floor(t_running / SEGMENT_S) + 1) * SEGMENT_S
+        if self.idle_tail > 0 and t_running >= self.duration:
+            return "stalled", 0.0, nxt
+        if scattered_idle(self.id, int(t_running // SEGMENT_S)):
+            return "in_job_idle", 0.0, nxt
+        return "active", self.util, nxt
+
 
 # --------------------------------------------------------------------------------------- Philly
 @dataclass(frozen=True, slots=True)

@@ -134,6 +134,32 @@ def test_phases_agree_with_values(name):
     assert stalled_seen > 0
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_at_is_the_phase_the_level_and_the_next_change_at_once(name):
+    """``Job.at(t)`` (what the ledger asks) is ``(phase_at(t), util_at(t), the profile's next_change(t))``
+    at every change point of a job's run, just before and after each, and past its end; a job without a
+    profile changes at the next segment boundary."""
+    model = get_model(name)
+    rng = random.Random(11)
+    checked = 0
+    for i in range(200):
+        dur = rng.choice((45.0, 600.0, 3600.0, 40000.0))
+        gpus = rng.choice((1, 1, 8))
+        u = model.draw(rng, i, dur, gpus)
+        job = Job(i, "team-a", 0.0, u.work_s, gpus, u.util, u.idle_tail, u.profile)
+        bare = Job(i, "team-a", 0.0, u.work_s, gpus, u.util, u.idle_tail)  # no profile: the scattered rule
+        times = {0.0, job.duration, job.allocation, job.allocation + 5.0}
+        t = 0.0
+        while t < job.allocation:
+            times.update((t, math.nextafter(t, -math.inf) if t > 0 else 0.0, t + 1.0))
+            t = u.profile.next_change(t)
+        for t in sorted(times):
+            assert job.at(t) == (job.phase_at(t), job.util_at(t), u.profile.next_change(t)), (name, i, t)
+            assert bare.at(t) == (bare.phase_at(t), bare.util_at(t), (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S)
+            checked += 1
+    assert checked > 1000
+
+
 def _share(s, pred) -> tuple[float, float]:
     """Weighted share of samples with ``pred(util)`` and its standard error, treating jobs (not
     samples: a job's samples are correlated) as the independent units (ratio estimator)."""
