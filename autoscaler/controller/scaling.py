@@ -59,6 +59,7 @@ _WARNING_REASONS = frozenset({R.RAY_SIGNAL_STALE, R.GPU_SIGNAL_STALE, R.NOT_SCAL
                               R.AT_MAX_REPLICAS, R.QUOTA_HEADROOM_LIMIT, R.INFEASIBLE_DEMAND})
 _QUIET_REASONS = frozenset({R.WITHIN_TARGET})
 YIELD_EVERY = 200  # clusters decided between two yields to the event loop
+_UNCHANGED = WriteOutcome("unchanged")  # a decision that writes nothing (immutable: one serves all)
 
 
 class ScalingReconciler(WritingReconciler):
@@ -132,17 +133,18 @@ class ScalingReconciler(WritingReconciler):
             for w in result.warnings:
                 self.writer.post_event(ref, "Warning", R.MALFORMED_ANNOTATION, w, now)
                 remember(self.ctx, f"{rc.key}: {R.MALFORMED_ANNOTATION}: {w}")
-        index = {g.name: i for i, g in enumerate(rc.groups)}
+        published = self.ctx.published
         for d in result.decisions:
             gk = d.key
-            self.ctx.published.desired_replicas[gk] = d.desired
-            self.ctx.published.idle_gpus[gk] = d.idle_gpus
-            outcome = WriteOutcome("unchanged")
+            published.desired_replicas[gk] = d.desired
+            published.idle_gpus[gk] = d.idle_gpus
+            outcome = _UNCHANGED
             if d.write != "none":
                 if self.dry_run:
                     outcome = WriteOutcome("dry_run")
                 else:
-                    outcome = await self.writer.patch_group(d, index[d.group], now)
+                    index = next(i for i, g in enumerate(rc.groups) if g.name == d.group)
+                    outcome = await self.writer.patch_group(d, index, now)
                 if outcome.result != "written":
                     # not written: keep the new observations, forget the change that did not happen
                     history[d.group] = history[d.group].rollback(previous.get(d.group, GroupHistory()))
