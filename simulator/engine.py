@@ -889,7 +889,7 @@ class Engine:
             self._w_set(rc, wk)
             if wk.task is not None and now < wk.busy_until and self._ledger[key][1] != old_used:
                 # the task's utilization moved (a phase or segment change): the worker is observed anew
-                # (a new generation: views cached by it are rebuilt); its end event follows it
+                # (a new generation: views cached by it are rebuilt, where a view reads the level)
                 wk.generation += 1
                 if self.busy_worker_utilization:  # (else no view reads the level: ``busy_worker_utilization``)
                     rc.touch(wk.name)

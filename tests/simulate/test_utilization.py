@@ -90,16 +90,23 @@ def test_grounded_and_serving_see_the_same_jobs():
     assert [j.util for j in g] != [j.util for j in s]
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_phases_agree_with_values(name):
+def _drawn_jobs(name: str, seed: int, n: int):
+    """``n`` jobs drawn by model ``name`` (durations from 45 s to 11 h, Ray tasks and 8-GPU RayJobs):
+    (the trace's duration, the draw, the job)."""
     model = get_model(name)
-    rng = random.Random(3)
-    stalled_seen = 0
-    for i in range(300):
+    rng = random.Random(seed)
+    for i in range(n):
         dur = rng.choice((45.0, 600.0, 3600.0, 40000.0))
         gpus = rng.choice((1, 1, 8))
         u = model.draw(rng, i, dur, gpus)
-        job = Job(i, "team-a", 0.0, u.work_s, gpus, u.util, u.idle_tail, u.profile)
+        yield dur, u, Job(i, "team-a", 0.0, u.work_s, gpus, u.util, u.idle_tail, u.profile)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_phases_agree_with_values(name):
+    stalled_seen = 0
+    for dur, u, job in _drawn_jobs(name, 3, 300):
+        gpus = job.gpus
         if name != "scattered":  # grounded / serving: the trace's duration is the whole allocation
             assert job.allocation == pytest.approx(dur)
         if gpus > 1:
@@ -139,22 +146,17 @@ def test_at_is_the_phase_the_level_and_the_next_change_at_once(name):
     """``Job.at(t)`` (what the ledger asks) is ``(phase_at(t), util_at(t), the profile's next_change(t))``
     at every change point of a job's run, just before and after each, and past its end; a job without a
     profile changes at the next segment boundary."""
-    model = get_model(name)
-    rng = random.Random(11)
     checked = 0
-    for i in range(200):
-        dur = rng.choice((45.0, 600.0, 3600.0, 40000.0))
-        gpus = rng.choice((1, 1, 8))
-        u = model.draw(rng, i, dur, gpus)
-        job = Job(i, "team-a", 0.0, u.work_s, gpus, u.util, u.idle_tail, u.profile)
-        bare = Job(i, "team-a", 0.0, u.work_s, gpus, u.util, u.idle_tail)  # no profile: the scattered rule
+    for _, u, job in _drawn_jobs(name, 11, 200):
+        # the same job without a profile: the scattered rule
+        bare = Job(job.id, job.team, 0.0, job.duration, job.gpus, job.util, job.idle_tail)
         times = {0.0, job.duration, job.allocation, job.allocation + 5.0}
         t = 0.0
         while t < job.allocation:
             times.update((t, math.nextafter(t, -math.inf) if t > 0 else 0.0, t + 1.0))
             t = u.profile.next_change(t)
         for t in sorted(times):
-            assert job.at(t) == (job.phase_at(t), job.util_at(t), u.profile.next_change(t)), (name, i, t)
+            assert job.at(t) == (job.phase_at(t), job.util_at(t), u.profile.next_change(t)), (name, job.id, t)
             assert bare.at(t) == (bare.phase_at(t), bare.util_at(t), (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S)
             checked += 1
     assert checked > 1000
