@@ -34,9 +34,9 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # the whole matrix (#11): the Philly month under every utilization model, seeds 1-3, GPU failure rates
     # 0.01 and 0.05, every policy (the queuepilot ones also with stall reclaim under grounded and serving),
     # plus the worker-cap sweep: 154 runs, one table per model and failure rate and a summary
-    # (`policy.py --plan` estimates its wall time from a run's costs; measured whole on 2026-12-03:
-    # 62.5 min on 2 cores; estimated on 2026-12-04 from the code then: some 46 min, on a faster day;
-    # more or less as this machine's speed moves; docs/simulation.md, "Speed")
+    # (`policy.py --plan` estimates its wall time from a run's costs; measured whole on 2026-12-04 at
+    # 79088d9: 40.0 min on 2 cores (62.5 min on 2026-12-03); more or less as this machine's speed
+    # moves; docs/simulation.md, "Speed")
     ("policy quality, the whole matrix (simulator)", "policy.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
