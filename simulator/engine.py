@@ -81,7 +81,7 @@ from simulator.kueue import (
 )
 from simulator.metrics import IDLE_CLASSES, IDLE_UTIL, RunMetrics, lower_bound_idle_s
 from simulator.ray import SimRayCluster, SimWorker, WorkerViews
-from simulator.snapshot import CHECK_NAME, POD_SET, SnapshotBuilder
+from simulator.snapshot import CHECK_NAME, POD_SET, RAY_ANNOTATIONS, SnapshotBuilder
 from simulator.timed_event import TimedEvent
 from simulator.workload import TASK, Job, team_gpu_shares
 from simulator.writer import SimWriter
@@ -358,7 +358,7 @@ class Engine:
         if baseline is not None and any(s.reads_utilization for s in baseline.scalers.values()):
             return True
         if self.scaling is not None:
-            policy, _ = policy_from_annotations(self.snapshots.ray_annotations, self.scaling.defaults)
+            policy, _ = policy_from_annotations(RAY_ANNOTATIONS, self.scaling.defaults)
             return policy.keep_spare_for_target
         return False
 
@@ -385,16 +385,12 @@ class Engine:
         its task, readiness, busy state and idle time alone (``busy_worker_utilization``)."""
         ready, ray_busy, busy = now >= w.ready_at, w.task is not None, w.task is not None and now < w.busy_until
         idle_since = None if ray_busy else w.idle_since
-        key: tuple[Any, ...]
-        if self.busy_worker_utilization:
-            key = (w.generation, ready, ray_busy, busy, idle_since)
-        else:  # the scaler reads no worker's level: a busy one carries its task's mean (``busy_worker_utilization``)
-            key = (w.task, w.busy_until, ready, ray_busy, busy, idle_since)
+        at_mean = not self.busy_worker_utilization
+        key = (*w.view_key(at_mean), ready, ray_busy, busy, idle_since)
         cached = self._views.get(w.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        util = w.task.util if busy and not self.busy_worker_utilization and w.task is not None else w.util(now)
-        view = WorkerView(w.name, ready, ray_busy, busy, util, idle_since)
+        view = WorkerView(w.name, ready, ray_busy, busy, w.seen_util(now, at_mean), idle_since)
         self._views[w.name] = (key, view)
         return view
 

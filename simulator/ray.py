@@ -57,6 +57,18 @@ class SimWorker:
             return self.task.util_at(now - (self.busy_until - self.task.duration))  # started at busy_until - duration
         return 0.0
 
+    def seen_util(self, now: float, at_mean: bool) -> float:
+        """The utilization a view of this worker carries: its task's level now, or, ``at_mean`` (no
+        reader reads a busy worker's level), its task's mean level while the task runs."""
+        if at_mean and self.task is not None and now < self.busy_until:
+            return self.task.util
+        return self.util(now)
+
+    def view_key(self, at_mean: bool) -> tuple[object, ...]:
+        """What a view of this worker moves with besides its ready/busy state: its generation (a new
+        task, a step of the task's level), or, ``at_mean``, its task and when the task's work ends."""
+        return (self.task, self.busy_until) if at_mean else (self.generation,)
+
     def started(self) -> float:
         """When the current task was bound to this worker (its run's time 0)."""
         return self.busy_until - self.task.duration if self.task is not None else self.busy_until

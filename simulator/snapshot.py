@@ -50,7 +50,7 @@ SIGNAL_STALE_AFTER_S = 120.0
 
 
 # the same for every simulated RayCluster (read-only maps, shared by every snapshot)
-_RAY_ANNOTATIONS = frozen_map({AUTOSCALE_ANNOTATION: "true", ELASTIC_JOB_ANNOTATION: "true"})
+RAY_ANNOTATIONS = frozen_map({AUTOSCALE_ANNOTATION: "true", ELASTIC_JOB_ANNOTATION: "true"})
 _RAY_LABELS = frozen_map({QUEUE_NAME_LABEL: "default"})
 _RAY_RESOURCES = frozen_map({"GPU": 1.0, "CPU": 8.0})
 
@@ -195,8 +195,6 @@ class SnapshotBuilder:
             self._pod_util = None
         self._unread = of
 
-    ray_annotations = _RAY_ANNOTATIONS  # every team RayCluster's annotations (the scaling policy reads them)
-
     def busy_workers_at_mean(self) -> None:
         """From now on a Ray worker running a task carries its task's mean level (``Job.util``) as its
         GPU utilization, not the level of the task's current segment, and its view is built again only
@@ -316,22 +314,18 @@ class SnapshotBuilder:
             self._ray_demand[queued] = demand
         return RayClusterState(
             namespace=rc.namespace, name=rc.name, uid=f"uid-{rc.name}", resource_version=str(rc.version),
-            annotations=_RAY_ANNOTATIONS, labels=_RAY_LABELS, in_tree_autoscaler=False, groups=(group,),
+            annotations=RAY_ANNOTATIONS, labels=_RAY_LABELS, in_tree_autoscaler=False, groups=(group,),
             demand=demand, demand_signal=SignalStatus(f"ray/{rc.namespace}/{rc.name}", now, 60.0),
             cluster_queue=rc.cq, created_at=0.0,
         )
 
     def _worker(self, rc: SimRayCluster, w: SimWorker, now: float) -> RayWorker:
         ready, busy = w.ready(now), w.busy(now)
-        key: tuple[object, ...]
-        if self._busy_at_mean:  # (a task's segment steps move no view: ``busy_workers_at_mean``)
-            key = (w.task, w.busy_until, ready, busy)
-        else:
-            key = (w.generation, ready, busy)
+        key = (*w.view_key(self._busy_at_mean), ready, busy)  # (``busy_workers_at_mean``)
         cached = self._workers.get(w.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        u = w.task.util if busy and self._busy_at_mean and w.task is not None else w.util(now)
+        u = w.seen_util(now, self._busy_at_mean)
         state = RayWorker(
             pod=w.name, node=self.cluster.node_of(f"{rc.namespace}/{w.name}"), phase="Running", ready=ready,
             created_at=w.created, gpus=1, gpu_utilization=u, cpu_utilization=0.05 + 0.5 * u, ray_busy=w.ray_busy(),
