@@ -42,16 +42,16 @@ from autoscaler.controller.context import (
 )
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import scaling_defaults
-from autoscaler.core.policy.quota import cohort_totals
 from autoscaler.core.policy.scaling import (
     GroupDecision,
     GroupHistory,
+    ScalingContext,
     ScalingResult,
     decide_scaling,
     pending_gpu_workloads,
-    ray_cluster_workloads,
+    waiting_candidates,
 )
-from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState
+from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState, WorkloadState
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,9 @@ class ScalingReconciler(WritingReconciler):
         self._last: dict[tuple[str, str, str], tuple[str, str, int, tuple[str, ...]]] = {}
         self._warned: dict[str, tuple[str, ...]] = {}
         self.outcomes: list[tuple[GroupDecision, WriteOutcome]] = []  # last pass's, for tests/bench
+        # the Workloads map of the last pass and those of it waiting for GPU quota (looked for again
+        # only when the snapshot holds another map)
+        self._candidates: tuple[Mapping[str, WorkloadState], tuple[WorkloadState, ...]] | None = None
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         self.outcomes = []
@@ -108,16 +111,17 @@ class ScalingReconciler(WritingReconciler):
         """``decide_scaling`` for each opted-in cluster ``keys`` (pure); a cluster that raised gets its exception."""
         if not keys:
             return []
-        # once per pass, for every cluster: who waits, and the workloads each cluster owns
-        waiting = pending_gpu_workloads(snapshot, now)
-        owned = ray_cluster_workloads(snapshot)
-        cohorts = cohort_totals(snapshot.cluster_queues)
+        # once per pass, for every cluster: who waits; the workloads each cluster owns and the cohorts'
+        # quota totals when a cluster's quota headroom first asks (elastic Kueue clusters)
+        workloads = snapshot.workloads
+        if self._candidates is None or self._candidates[0] is not workloads:  # (an immutable map: not seen)
+            self._candidates = (workloads, waiting_candidates(workloads))
+        context = ScalingContext.build(snapshot, now, waiting=pending_gpu_workloads(snapshot, now, self._candidates[1]))
         out: list[tuple[str, ScalingResult | Exception]] = []
         for key in keys:
             try:
                 result: ScalingResult | Exception = decide_scaling(
-                    snapshot, snapshot.ray_clusters[key], self.defaults, previous[key], now,
-                    waiting=waiting, owned=owned, cohorts=cohorts)
+                    snapshot, snapshot.ray_clusters[key], self.defaults, previous[key], now, context=context)
             except Exception as e:  # reported (logged, counted) on the loop with the other failures
                 result = e
             out.append((key, result))

@@ -191,8 +191,11 @@ def test_one_pass_event_per_time() -> None:
 @pytest.mark.parametrize("policy", ["queuepilot-reclaim", "queuepilot", "kueue-quota"])
 def test_steady_holds_equal_the_full_decision_ladder_throughout_a_run(policy: str, monkeypatch) -> None:
     """Every group decision of a run whose last pass was a steady hold (``scaling.SteadyHold``) equals
-    what the full ladder decides from the same history without it; the shortcut is taken often."""
+    what the full ladder decides from the same history without it; the shortcut is taken often.  (The
+    whole cluster's shortcut is left out here, so that every steady hold is decided by the group's.)"""
     from autoscaler.core.policy import scaling
+
+    monkeypatch.setattr(scaling, "_steady_cluster", lambda *a: None)
 
     ladder = scaling._decide_group
     seen = {"decisions": 0, "steady": 0}
@@ -212,3 +215,39 @@ def test_steady_holds_equal_the_full_decision_ladder_throughout_a_run(policy: st
     assert e.metrics.jobs_completed > 0
     assert seen["decisions"] > 1000
     assert seen["steady"] > seen["decisions"] // 4
+
+
+@pytest.mark.parametrize("policy", ["queuepilot-reclaim", "kueue-quota"])
+@pytest.mark.parametrize("rightsizing", [False, True], ids=["as benchmarked", "utilization read"])
+def test_steady_clusters_equal_the_full_decision_ladder_throughout_a_run(policy: str, rightsizing: bool,
+                                                                         monkeypatch) -> None:
+    """Every cluster decided by its groups' steady holds at once (``scaling._steady_cluster``, no
+    case per group) gets what the full ladder decides from the same history without them, decisions
+    and history; the shortcut is taken often, and not always (demand, idle workers)."""
+    from autoscaler.controller import scaling as controller_scaling
+    from autoscaler.core.policy import scaling
+
+    decide, shortcut = controller_scaling.decide_scaling, scaling._steady_cluster
+    seen = {"clusters": 0, "steady": 0}
+
+    def counted(*a, **kw):
+        got = shortcut(*a, **kw)
+        seen["steady"] += got is not None
+        return got
+
+    def checked(snapshot, cluster, defaults, history, now, **kw):
+        got = decide(snapshot, cluster, defaults, history, now, **kw)
+        full = decide(snapshot, cluster, defaults, {g: replace(h, steady=None) for g, h in history.items()}, now, **kw)
+        assert got.decisions == full.decisions
+        assert got.history == full.history
+        assert got.warnings == full.warnings
+        seen["clusters"] += 1
+        return got
+
+    monkeypatch.setattr(scaling, "_steady_cluster", counted)
+    monkeypatch.setattr(controller_scaling, "decide_scaling", checked)
+    e = _engine(policy, rightsizing=rightsizing)
+    e.run()
+    assert e.metrics.jobs_completed > 0
+    assert seen["clusters"] > 1000
+    assert seen["clusters"] // 4 < seen["steady"] < seen["clusters"]

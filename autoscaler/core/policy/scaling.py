@@ -220,6 +220,9 @@ class SteadyHold:
     policy: ScalingDefaults
     pressure: str
     decision: GroupDecision
+    # a RayCluster it was decided for: equal to this pass's but for the Ray signal's time, the
+    # group's holds are decided again without a case per group (``_steady_cluster``)
+    cluster: RayClusterState | None = field(default=None, compare=False, repr=False)
 
 
 def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> tuple[tuple[float, int], ...]:
@@ -482,14 +485,21 @@ class WaitingIndex(Sequence[Waiting]):
         return iter(self.entries)
 
 
-def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float) -> WaitingIndex:
+def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float,
+                          candidates: Sequence[WorkloadState] | None = None) -> WaitingIndex:
     """(wait, workload) of every pending GPU workload without quota, longest wait first; compute it
     once per snapshot and pass it to ``decide_scaling(..., waiting=)`` when deciding many clusters
-    (or build one ``ScalingContext``)."""
-    out = [(now - wl.queued_since, wl) for wl in snapshot.workloads.values()
-           if wl.pending and not wl.quota_reserved and wl.gpu_demand > 0]
+    (or build one ``ScalingContext``).  ``candidates``: ``waiting_candidates(snapshot.workloads)``
+    when already found (a caller that sees the same Workloads map again need not look again)."""
+    found = waiting_candidates(snapshot.workloads) if candidates is None else candidates
+    out = [(now - wl.queued_since, wl) for wl in found]
     out.sort(key=lambda x: (-x[0], x[1].key))
     return WaitingIndex.of(out)
+
+
+def waiting_candidates(workloads: Mapping[str, WorkloadState]) -> tuple[WorkloadState, ...]:
+    """The Workloads that wait for GPU quota: pending, no quota reserved, some GPU asked for."""
+    return tuple(wl for wl in workloads.values() if wl.pending and not wl.quota_reserved and wl.gpu_demand > 0)
 
 
 def queue_pressure(
@@ -1099,8 +1109,8 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
     if h.steady is not None and _still_steady(case, h.steady):
         # the same hold as last pass (``SteadyHold``): its recommendation is recorded as the steps would,
         # and the hold now holds this pass's group (as the steps would record it)
-        held = h.steady if h.steady.group is case.group else SteadyHold(
-            case.group, h.steady.policy, h.steady.pressure, h.steady.decision)
+        held = h.steady if h.steady.group is case.group and h.steady.cluster is case.cluster else SteadyHold(
+            case.group, h.steady.policy, h.steady.pressure, h.steady.decision, case.cluster)
         return held.decision, h.but(recommendations=(*h.recommendations, (case.now, case.current)), steady=held)
     ws = _observe(case, h)
     raw, reason, msg = _recommend(case, ws)
@@ -1132,7 +1142,7 @@ def _steady_hold(case: _GroupCase, ws: _Workers, raw: int, d: GroupDecision) -> 
             or d.direction != "hold" or d.write != "none" or d.reason != R.WITHIN_TARGET or d.infeasible
             or d.workers_to_delete or d.idle_gpus):
         return None
-    return SteadyHold(case.group, case.policy, case.pressure, d)
+    return SteadyHold(case.group, case.policy, case.pressure, d, case.cluster)
 
 
 def _still_steady(case: _GroupCase, s: SteadyHold) -> bool:
@@ -1165,6 +1175,11 @@ _UTILIZATION_FIELDS = frozenset({"gpu_utilization", "cpu_utilization", "memory_u
 _GROUP_BUT_WORKERS = attrgetter(*(f.name for f in fields(WorkerGroupState) if f.compare and f.name != "workers"))
 _WORKER_BUT_UTILIZATION = attrgetter(*(f.name for f in fields(RayWorker)
                                        if f.compare and f.name not in _UTILIZATION_FIELDS))
+
+
+# what a pass reads of a RayCluster besides its Ray signal's time (guards, demand, resourceVersion):
+# every compared field but ``demand_signal``, picked in C (``_steady_cluster``)
+_CLUSTER_BUT_SIGNAL = attrgetter(*(f.name for f in fields(RayClusterState) if f.compare and f.name != "demand_signal"))
 
 
 def _same_but_utilization(a: WorkerGroupState, b: WorkerGroupState) -> bool:
@@ -1228,8 +1243,11 @@ def decide_scaling(
     elif context.snapshot is not snapshot or context.now != now:
         raise ValueError("decide_scaling: the context was built for another snapshot or time")
     policy, warnings = _cluster_policy(cluster.annotations, defaults)
-    demand, infeasible = assign_demand(cluster)
     pressure = context.pressure(cluster, policy.queue_pressure_wait_seconds)
+    again = _steady_cluster(context, cluster, policy, pressure, history)
+    if again is not None:
+        return ScalingResult(decisions=again[0], history=frozen_map(again[1]), warnings=warnings)
+    demand, infeasible = assign_demand(cluster)
     decisions = []
     new_hist: dict[str, GroupHistory] = {}
     # the reclaim budget is the cluster's: every group's reclaims of the last hour count
@@ -1246,6 +1264,53 @@ def decide_scaling(
         decisions.append(d)
         new_hist[group.name] = h
     return ScalingResult(decisions=tuple(decisions), history=frozen_map(new_hist), warnings=warnings)
+
+
+def _steady_cluster(
+    context: ScalingContext, cluster: RayClusterState, policy: ScalingDefaults, pressure: str,
+    history: Mapping[str, GroupHistory],
+) -> tuple[tuple[GroupDecision, ...], dict[str, GroupHistory]] | None:
+    """Every group's last steady hold again, without a case built per group, when each was held for
+    this very group object and a RayCluster equal to this one but for its Ray signal's time
+    (``SteadyHold.group``, ``.cluster``); None otherwise.
+
+    What ``_decide_group`` would decide for each: a pass that held steady for such a cluster passed
+    the guards (a function of the cluster but for its signal, and of the group), and found no Ray
+    demand and no infeasible demand for the group (``assign_demand``: of the groups and the demand):
+    so the steady hold's test (``_still_steady``: those, the resourceVersion, the group) comes down to
+    the policy and the queue pressure, and the signals' freshness, which moves with the time, is
+    asked as the ladder asks it.  The history records
+    the recommendation as the ladder does: pruned, then this pass's current replicas."""
+    groups, now = cluster.groups, context.now
+    if len(history) != len(groups):
+        return None
+    same: RayClusterState | None = None  # a held cluster found equal to this one but for the signal
+    sig = cluster.demand_signal
+    if sig is None or sig.is_stale(now):
+        return None
+    gpu_stale: bool | None = None
+    decisions: list[GroupDecision] = []
+    new_hist: dict[str, GroupHistory] = {}
+    for group in groups:
+        h = history.get(group.name)
+        s = h.steady if h is not None else None
+        if (s is None or s.group is not group or s.pressure != pressure
+                or not (s.policy is policy or s.policy == policy)):
+            return None
+        if s.cluster is not cluster and s.cluster is not same:
+            if s.cluster is None or _CLUSTER_BUT_SIGNAL(s.cluster) != _CLUSTER_BUT_SIGNAL(cluster):
+                return None
+            same = s.cluster
+        if group.gpus_per_worker > 0:
+            if gpu_stale is None:
+                gpu_stale = context.snapshot.gpu_signal_stale()
+            if gpu_stale:
+                return None
+        assert h is not None
+        h = h.pruned(policy, now)
+        decisions.append(s.decision)
+        new_hist[group.name] = h.but(recommendations=(*h.recommendations, (now, group.replicas)), steady=s)
+    return tuple(decisions), new_hist
 
 
 def demand_summary(demand: Sequence[RayDemand]) -> int:
