@@ -161,35 +161,29 @@ class PhasedProfile:
     idle_p: float
     levels: tuple[float, ...]
 
-    def _seg(self, t: float) -> tuple[str, float]:
-        if t < self.start_end:
-            return STARTING, self.start_util
-        if t >= self.end or (self.stall_start is not None and t >= self.stall_start):
-            return STALLED, 0.0
-        u = _mix(self.key, int(t // SEGMENT_S))
-        if u < self.idle_p:
-            return IN_JOB_IDLE, 0.0
-        k = int((u - self.idle_p) / (1.0 - self.idle_p) * len(self.levels))
-        return ACTIVE, self.levels[min(k, len(self.levels) - 1)]
-
     def util_at(self, t: float) -> float:
-        return self._seg(t)[1]
+        return self.at(t)[1]
 
     def phase_at(self, t: float) -> str:
-        return self._seg(t)[0]
+        return self.at(t)[0]
 
     def next_change(self, t: float) -> float:
         """The next time after ``t`` at which util or phase may change (``inf``: never again)."""
-        if t < self.start_end:
-            return self.start_end
-        stop = self.end if self.stall_start is None else min(self.end, self.stall_start)
-        if t >= stop:
-            return math.inf
-        return min(stop, (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S)
+        return self.at(t)[2]
 
     def at(self, t: float) -> tuple[str, float, float]:
-        phase, util = self._seg(t)
-        return phase, util, self.next_change(t)
+        """``(phase_at(t), util_at(t), next_change(t))``, worked out once (the ledger asks it at every change)."""
+        if t < self.start_end:
+            return STARTING, self.start_util, self.start_end
+        stop = self.end if self.stall_start is None else min(self.end, self.stall_start)
+        if t >= stop:
+            return STALLED, 0.0, math.inf
+        nxt = min(stop, (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S)
+        u = _mix(self.key, int(t // SEGMENT_S))
+        if u < self.idle_p:
+            return IN_JOB_IDLE, 0.0, nxt
+        k = int((u - self.idle_p) / (1.0 - self.idle_p) * len(self.levels))
+        return ACTIVE, self.levels[min(k, len(self.levels) - 1)], nxt
 
     def mean_util(self, t0: float, t1: float) -> float:
         """Time-mean of ``util_at`` over ``[t0, t1)`` (exact, segment by segment)."""
