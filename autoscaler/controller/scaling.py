@@ -130,12 +130,11 @@ class ScalingReconciler(WritingReconciler):
     async def _act(self, rc: RayClusterState, result: ScalingResult, previous: Mapping[str, GroupHistory],
                    now: float) -> None:
         """One cluster's decisions: Events for malformed annotations, published values, the writes."""
-        history = dict(result.history)
-        ref = ObjectRef("ray.io/v1", "RayCluster", rc.namespace, rc.name, rc.uid)
+        history: Mapping[str, GroupHistory] = result.history  # (copied where a write's change is rolled back)
         if result.warnings != self._warned.get(rc.key, ()):
             self._warned[rc.key] = result.warnings
             for w in result.warnings:
-                self.writer.post_event(ref, "Warning", R.MALFORMED_ANNOTATION, w, now)
+                self.writer.post_event(_ref(rc), "Warning", R.MALFORMED_ANNOTATION, w, now)
                 remember(self.ctx, f"{rc.key}: {R.MALFORMED_ANNOTATION}: {w}")
         published = self.ctx.published
         for d in result.decisions:
@@ -151,17 +150,19 @@ class ScalingReconciler(WritingReconciler):
                     outcome = await self.writer.patch_group(d, index, now)
                 if outcome.result != "written":
                     # not written: keep the new observations, forget the change that did not happen
-                    history[d.group] = history[d.group].rollback(previous.get(d.group, GroupHistory()))
+                    history = {**history, d.group: history[d.group].rollback(previous.get(d.group, GroupHistory()))}
             self.outcomes.append((d, outcome))
-            self._explain(d, outcome, ref, now)
+            self._explain(d, outcome, rc, now)
         self.history[rc.key] = history
 
-    def _explain(self, d: GroupDecision, outcome: WriteOutcome, ref: ObjectRef, now: float) -> None:
+    def _explain(self, d: GroupDecision, outcome: WriteOutcome, rc: RayClusterState, now: float) -> None:
         sig = (d.direction, d.reason, d.desired, d.infeasible)
         wrote = outcome.result == "written"
         would = outcome.result == "dry_run"
-        changed = self._last.get(d.key) != sig
-        self._last[d.key] = sig
+        key = d.key
+        changed = self._last.get(key) != sig
+        if changed:
+            self._last[key] = sig
         # a dry-run never writes, so its would-be write comes back every pass: report it on change only
         # not written (refused, or held back after refusals: the writer's WritesFailing Event says so)
         if not (wrote or changed) or outcome.result in ("conflict", "error") or outcome.detail == "backoff":
@@ -177,6 +178,7 @@ class ScalingReconciler(WritingReconciler):
         if not (wrote or would) and d.reason in _QUIET_REASONS and not d.infeasible:
             return
         message = d.message + (f"; infeasible: {'; '.join(d.infeasible)}" if d.infeasible else "")
+        ref = _ref(rc)
         if d.write != "none":  # a write is about the version it was pinned to (Events are named after both)
             ref = replace(ref, resource_version=d.resource_version)
         if would:
@@ -192,3 +194,8 @@ class ScalingReconciler(WritingReconciler):
                    f"{d.reason}: {message}"
         remember(self.ctx, line)
         log.info("scaling %s", line)
+
+
+def _ref(rc: RayClusterState) -> ObjectRef:
+    """The RayCluster as an Event's ``involvedObject``."""
+    return ObjectRef("ray.io/v1", "RayCluster", rc.namespace, rc.name, rc.uid)
