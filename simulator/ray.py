@@ -93,14 +93,14 @@ class SimRayCluster:
     # each WorkerViews' set of workers touched since it last built its views (it empties its own; a
     # plain list: ``touch`` runs at every worker event, and a watcher lives as long as this world)
     watchers: list[set[str]] = field(default_factory=list, repr=False, compare=False)
+    name: str = field(init=False)  # "<team>-ray" (the team does not change: worked out once)
+
+    def __post_init__(self) -> None:
+        self.name = f"{self.team}-ray"
 
     @property
     def namespace(self) -> str:
         return self.team
-
-    @property
-    def name(self) -> str:
-        return f"{self.team}-ray"
 
     group = "gpu-workers"
 

@@ -293,7 +293,7 @@ class SnapshotBuilder:
         """The RayCluster as the controller would see it at ``now``: its worker group and Ray's demand
         are the previous pass's objects while nothing in them changed; only the signal's time is new."""
         workers = self._worker_tuple(rc, now)
-        to_delete = tuple(n for n in rc.workers_to_delete if n in rc.workers)
+        to_delete = tuple(n for n in rc.workers_to_delete if n in rc.workers) if rc.workers_to_delete else ()
         group_key = (workers, rc.replicas, rc.min_replicas, rc.max_replicas, to_delete)
         cached = self._ray_groups.get(rc.name)
         if cached is not None and cached[0] == group_key:
