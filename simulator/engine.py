@@ -643,7 +643,7 @@ class Engine:
                 rc.next_id -= 1
                 break  # the scale-up waits for quota or a free healthy GPU
             self.kueue.reserve(rc.cq, rc.flavor, 1)
-            rc.workers[name] = SimWorker(name, self.now, self.now + rc.startup_s, idle_since=self.now)
+            rc.workers[name] = SimWorker(name, self.now, self.now + rc.startup_s, idle_since=self.now, pod=pod)
             self._w_set(rc, rc.workers[name])
             rc.version += 1
             rc.touch(name)
@@ -839,9 +839,21 @@ class Engine:
         self._ledger_refresh(self.now)
         return self.cluster.allocated_gpus(), self._l_used, dict(self._l_classes), self._l_unavoidable
 
-    def _l_put(self, key: str, e: tuple[float, float, str | None, bool, int]) -> None:
-        self._l_drop(key)
-        self._ledger[key] = e
+    def _l_put(self, key: str, e: tuple[float, float, str | None, bool, int], ref: tuple[str, ...]) -> None:
+        """``key``'s entry is now ``e`` (``ref``: what it is the entry of, kept from its first entry)."""
+        ledger = self._ledger
+        old = ledger.get(key)
+        if old is None:
+            self._ledger_ref[key] = ref
+        else:  # as ``_l_drop`` takes it out
+            self._l_used -= old[1]
+            if old[2] is not None:
+                self._l_classes[old[2]] -= old[4]
+            if old[3]:
+                self._l_unavoidable -= old[4]
+            if len(ledger) == 1:
+                self._l_used = 0.0  # (the ledger empty but for this entry: no float drift carried)
+        ledger[key] = e
         self._l_used += e[1]
         if e[2] is not None:
             self._l_classes[e[2]] += e[4]
@@ -881,9 +893,7 @@ class Engine:
             wk = rc.workers.get(ref[2])
             if wk is None:
                 continue
-            old_used = e[1]
-            self._w_set(rc, wk)
-            if wk.task is not None and now < wk.busy_until and self._ledger[key][1] != old_used:
+            if self._w_set(rc, wk) != e[1] and wk.task is not None and now < wk.busy_until:
                 # the task's utilization moved (a phase or segment change): the worker is observed anew
                 # (a new generation: views cached by it are rebuilt, where a view reads the level)
                 wk.generation += 1
@@ -894,11 +904,12 @@ class Engine:
                 self._seq += 1
                 wk.end_seq = self._seq
 
-    def _w_set(self, rc: SimRayCluster, wk: SimWorker) -> None:
+    def _w_set(self, rc: SimRayCluster, wk: SimWorker) -> float:
         """A Ray worker's ledger entry now: not ready -> starting; nothing on it -> empty; its actor's
-        idle tail -> idle_actor; busy under the threshold -> its task's phase (starting, stalled, in_job)."""
+        idle tail -> idle_actor; busy under the threshold -> its task's phase (starting, stalled, in_job).
+        Its utilization now."""
         now = self.now
-        key = f"{rc.namespace}/{wk.name}"
+        key = wk.pod or f"{rc.namespace}/{wk.name}"
         u = 0.0
         if now < wk.ready_at:
             e: tuple[float, float, str | None, bool, int] = (wk.ready_at, 0.0, "starting", False, 1)
@@ -915,11 +926,11 @@ class Engine:
             if u < IDLE_UTIL:
                 cls = "stalled" if phase == "stalled" else "starting" if phase == "starting" else "in_job"
             e = (until, u, cls, cls == "starting", 1)  # a task's own start-up: no scaler avoids it
-        self._l_put(key, e)
-        self._ledger_ref[key] = ("w", rc.team, wk.name)
+        self._l_put(key, e, ("w", rc.team, wk.name))
         if self.worker_gpu_utilization and self._pod_util.get(key) != u:  # the GPU signal, where read
             self._pod_util[key] = u
             self._mark_dirty(key)
+        return u
 
     def _j_set(self, w: SimWorkload) -> None:
         """A running RayJob's ledger entry now: its cluster starting (t < 0) -> starting, unavoidable;
@@ -939,8 +950,7 @@ class Engine:
             if u < IDLE_UTIL:
                 cls = "stalled" if phase == "stalled" else "starting" if phase == "starting" else "in_job"
             e = (until, u * gpus, cls, cls == "starting", gpus)
-        self._l_put(w.name, e)
-        self._ledger_ref[w.name] = ("j", w.name)
+        self._l_put(w.name, e, ("j", w.name))
         if not self.snapshot_utilization:
             return  # no snapshot reader reads the GPU signal's values
         busy = self.busy_utilization_from

@@ -35,6 +35,7 @@ class SimWorker:
     # (``end_seq``: a step of the task's level moves it on in the order, as pushing it again would)
     end_carrier: int = 0
     end_seq: int = 0
+    pod: str = ""  # "<namespace>/<name>", the key of its ledger entry and GPU signal (set by the engine)
 
     def ready(self, now: float) -> bool:
         return now >= self.ready_at
