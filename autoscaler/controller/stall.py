@@ -39,6 +39,7 @@ from autoscaler.core import reasons as R
 from autoscaler.core.policy.stall import (
     StallConfig,
     StalledWorkload,
+    StallMemo,
     StallResult,
     StallTrack,
     decide_stalls,
@@ -65,10 +66,12 @@ class StallReconciler:
         self._held = ""
         self._queues: set[str] = set()
         self._published: dict[str, tuple[int, int]] = {}  # queue -> (stalled workloads, their GPUs) as set
+        self._memo = StallMemo()  # what decide_stalls may find unchanged next pass (the same result without)
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         # pure: in a worker thread for a large snapshot (nothing else touches this reconciler meanwhile)
-        result = await offload(snapshot_size(snapshot), decide_stalls, snapshot, self.config, self.history, now)
+        result = await offload(snapshot_size(snapshot), decide_stalls, snapshot, self.config, self.history, now,
+                               self._memo)
         self.result = result
         self.outcomes = []
         if result.held != self._held:

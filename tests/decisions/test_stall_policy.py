@@ -292,3 +292,63 @@ def test_a_worker_of_a_raycluster_no_workload_owns_is_not_matched_by_job_name():
     assert got == {"team-a/job-train": ["train-abc12"]}
     r = decide_stalls(snap, C, {"team-a/job-train": StallTrack(NOW - W, None)}, NOW)
     assert [s.key for s in r.stalled] == ["team-a/job-train"]
+
+
+# ------------------------------------------------------------------------------------ the memo
+def _ray_owned(pods: tuple[str, ...]):
+    """A RayCluster owned by Workload ``ray-w`` (a candidate) with ``pods`` as its workers."""
+    return ray_cluster([group(replicas=len(pods), workers=[worker(p) for p in pods])])
+
+
+def test_the_memo_gives_what_the_decision_gives_without_it_as_the_snapshot_moves():
+    """A pass with ``StallMemo`` decides what the same pass without it decides, whatever moved since the
+    last pass: nothing (the very maps again), a node (its GPUs' utilization), the owners under the very
+    same node map (a workload no longer a candidate; a Ray worker pod that joined its RayCluster), the
+    Workloads map rebuilt with equal owners.  Each step is checked to have moved the attribution where
+    it should, so a memo that missed the move would fail."""
+    from autoscaler.core.policy.stall import StallMemo
+
+    rc_owner = workload("ray-w", pod_sets=(("workers", 1, 2),), admitted=True, owner_kind="RayCluster",
+                        owner_name="rc")
+    base = [job("train"), job("trainer", gpus=1), rc_owner]
+    nodes0 = [gpu_node("n0", {("team-a", "train-abc12"): 0.0, ("team-a", "train-xyz34"): 0.0,
+                              ("team-a", "trainer-q1w2e"): 0.9}),
+              gpu_node("n1", {("team-a", "w-1"): 0.0, ("team-a", "w-2"): 0.0})]
+    s0 = snapshot(nodes0, base, ray=[_ray_owned(("w-1",))])
+    steps = [("first", s0, None)]
+    t = NOW
+    def later(snap, **kw):
+        nonlocal t
+        t += W / 2
+        fresh = snapshot(now=t)
+        return replace(snap, taken_at=t, signals=fresh.signals, **kw)
+    s1 = later(s0)  # the very maps again
+    steps.append(("nothing moved", s1, None))
+    n1 = gpu_node("n0", {("team-a", "train-abc12"): 0.0, ("team-a", "train-xyz34"): 0.7,
+                         ("team-a", "trainer-q1w2e"): 0.9})
+    s2 = later(s1, nodes=frozen_map({**s1.nodes, "n0": n1}))
+    steps.append(("a node's utilization", s2, "team-a/job-train"))
+    s3 = later(s2, workloads=frozen_map({w.key: w for w in [job("trainer", gpus=1), rc_owner]}))
+    steps.append(("a workload is no candidate any more (the same node map)", s3, "team-a/job-train"))
+    s4 = later(s3, ray_clusters=frozen_map({r.key: r for r in [_ray_owned(("w-1", "w-2"))]}))
+    steps.append(("a Ray worker pod joined (the same node map)", s4, "team-a/ray-w"))
+    s5 = later(s4, workloads=frozen_map({w.key: w for w in [job("trainer", gpus=1), rc_owner]}))
+    steps.append(("the Workloads map rebuilt, equal owners", s5, None))
+
+    memo = StallMemo()
+    hist_memo: dict = {}
+    hist: dict = {}
+    before = None
+    for what, snap, moved in steps:
+        wls = list(snap.workloads.values())
+        now_gpus = workload_gpus(snap, [w for w in wls if w.admitted], memo)
+        plain_gpus = workload_gpus(snap, [w for w in wls if w.admitted])
+        assert now_gpus == plain_gpus, what
+        got = decide_stalls(snap, C, hist_memo, snap.taken_at, memo)
+        want = decide_stalls(snap, C, hist, snap.taken_at)
+        assert got == want, what
+        hist_memo, hist = got.history, want.history
+        if moved is not None:
+            assert before is not None and before.get(moved) != plain_gpus.get(moved), what
+        before = plain_gpus
+    assert any(r.stalled for r in [decide_stalls(s5, C, hist, s5.taken_at + W)])  # (stalls were judged)

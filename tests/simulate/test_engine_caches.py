@@ -251,3 +251,39 @@ def test_steady_clusters_equal_the_full_decision_ladder_throughout_a_run(policy:
     assert e.metrics.jobs_completed > 0
     assert seen["clusters"] > 1000
     assert seen["clusters"] // 4 < seen["steady"] < seen["clusters"]
+
+
+def test_the_stall_memo_changes_no_decision_throughout_a_run(monkeypatch) -> None:
+    """Every pass of the stall detector with its ``StallMemo`` (as the controller runs it) decides what
+    the same pass decides without one; and the memo was of use (whole attributions and candidate lists
+    found unchanged)."""
+    from autoscaler.controller import stall as controller_stall
+    from autoscaler.core.policy import stall
+
+    decide = controller_stall.decide_stalls
+    seen = {"passes": 0, "stalled": 0}
+
+    def checked(snapshot, config, history, now, memo=None):
+        assert memo is not None  # (the controller keeps one)
+        got = decide(snapshot, config, history, now, memo)
+        assert got == decide(snapshot, config, history, now)
+        seen["passes"] += 1
+        seen["stalled"] += len(got.stalled)
+        return got
+
+    reused = {"gpus": 0, "calls": 0}
+    gpus = stall.StallMemo.gpus
+
+    def counted(self, snapshot, candidates):
+        before = self._out
+        out = gpus(self, snapshot, candidates)
+        reused["calls"] += 1
+        reused["gpus"] += out is before
+        return out
+
+    monkeypatch.setattr(controller_stall, "decide_stalls", checked)
+    monkeypatch.setattr(stall.StallMemo, "gpus", counted)
+    e = _engine("queuepilot-reclaim", 24.0, rightsizing=False, stall_reclaim=True)
+    e.run()
+    assert seen["passes"] > 1000 and seen["stalled"] > 0
+    assert 0 < reused["gpus"] < reused["calls"]

@@ -36,12 +36,13 @@ from typing import Any
 
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import brief_repr, parse_bool, parse_duration, parse_ratio
-from autoscaler.core.snapshot import ClusterSnapshot, GpuState, WorkloadState, frozen_map
+from autoscaler.core.snapshot import ClusterSnapshot, GpuState, NodeState, WorkloadState, frozen_map
 
 __all__ = [
     "RAY_ORIGIN_KIND_LABEL",
     "RAY_ORIGIN_NAME_LABEL",
     "StallConfig",
+    "StallMemo",
     "StallResult",
     "StallTrack",
     "StalledWorkload",
@@ -218,8 +219,29 @@ def _by_job_name(names: Mapping[tuple[str, str], WorkloadState], namespace: str,
     return None
 
 
-def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]) -> dict[str, list[GpuState]]:
-    """Workload key -> the GPUs the GPU signal attributes to its pods (only ``candidates``)."""
+_Owners = tuple[dict[tuple[str, str, str], WorkloadState], dict[tuple[str, str], WorkloadState]]
+_RayPods = dict[str, list[tuple[frozenset[str], str | None]]]  # namespace -> (worker pods, owner key)
+_Found = tuple[tuple[str, tuple[GpuState, ...]], ...]  # a node's pods' GPUs by workload key
+
+
+def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState],
+                  memo: StallMemo | None = None) -> dict[str, list[GpuState]]:
+    """Workload key -> the GPUs the GPU signal attributes to its pods (only ``candidates``), in node
+    and GPU order.  ``memo``: the caller's ``StallMemo`` from the last pass (the same answer, read-only)."""
+    if memo is not None:
+        return memo.gpus(snapshot, candidates)
+    by_owner, by_name = _owners(candidates)
+    ray_pods = _ray_pods(snapshot, by_owner)
+    out: dict[str, list[GpuState]] = {}
+    nodes = snapshot.nodes
+    for name in sorted(nodes):
+        for key, gpus in _attributed(nodes[name], by_name, ray_pods):
+            out.setdefault(key, []).extend(gpus)
+    return out
+
+
+def _owners(candidates: Sequence[WorkloadState]) -> _Owners:
+    """The candidates by (namespace, owner kind, owner name) and by (namespace, job name)."""
     by_owner = {(w.namespace, w.owner_kind, w.owner_name): w for w in candidates if w.owner_name}
     by_name: dict[tuple[str, str], WorkloadState] = {}
     for w in candidates:  # one job name, several kinds: the first by key
@@ -227,9 +249,13 @@ def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]
             seen = by_name.get((w.namespace, w.owner_name))
             if seen is None or w.key < seen.key:
                 by_name[(w.namespace, w.owner_name)] = w
-    # a Ray worker's pod belongs to the Workload of its RayCluster, or to none (a RayCluster no
-    # candidate owns: its pods are not looked up by job name)
-    ray_pods: dict[str, list[tuple[frozenset[str], str | None]]] = {}  # namespace -> (worker pods, owner key)
+    return by_owner, by_name
+
+
+def _ray_pods(snapshot: ClusterSnapshot, by_owner: Mapping[tuple[str, str, str], WorkloadState]) -> _RayPods:
+    """A Ray worker's pod belongs to the Workload of its RayCluster, or to none (a RayCluster no
+    candidate owns: its pods are not looked up by job name)."""
+    ray_pods: _RayPods = {}
     for rc in snapshot.ray_clusters.values():
         wl = by_owner.get((rc.namespace, "RayCluster", rc.name))
         origin = rc.labels.get(RAY_ORIGIN_NAME_LABEL)
@@ -238,21 +264,85 @@ def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]
         for g in rc.groups:
             if g.worker_pods:
                 ray_pods.setdefault(rc.namespace, []).append((g.worker_pods, wl.key if wl is not None else None))
-    out: dict[str, list[GpuState]] = {}
-    nodes = snapshot.nodes
-    for name in sorted(nodes):
-        for pod, gpus in nodes[name].gpus_by_pod:  # a pod's GPUs on this node, in GPU order
-            key: str | None = None
-            for pods, ray_owner in ray_pods.get(pod.namespace, ()):
-                if pod.name in pods:
-                    key = ray_owner
-                    break
-            else:  # not a Ray worker: by job name
-                owner = _by_job_name(by_name, pod.namespace, pod.name)
-                key = owner.key if owner is not None else None
-            if key is not None:
+    return ray_pods
+
+
+def _attributed(node: NodeState, by_name: Mapping[tuple[str, str], WorkloadState], ray_pods: _RayPods) -> _Found:
+    """The node's pods' GPUs (a pod's GPUs in GPU order) by the key of the workload each pod belongs to."""
+    out = []
+    for pod, gpus in node.gpus_by_pod:
+        key: str | None = None
+        for pods, ray_owner in ray_pods.get(pod.namespace, ()):
+            if pod.name in pods:
+                key = ray_owner
+                break
+        else:  # not a Ray worker: by job name
+            owner = _by_job_name(by_name, pod.namespace, pod.name)
+            key = owner.key if owner is not None else None
+        if key is not None:
+            out.append((key, gpus))
+    return tuple(out)
+
+
+class StallMemo:
+    """What ``decide_stalls`` worked out from objects it may see again, kept by its caller between
+    passes: a memo, every answer is the same without it.  A snapshot hands out the very same
+    immutable maps and node states while nothing in them moved, so "the same" is identity: the
+    candidates are looked for again only when the Workloads map is another; a node's pods are
+    attributed again only when its ``NodeState`` is another or the owners changed (the candidates'
+    job names and keys, the Ray worker pods and whose they are); and the whole attribution is the
+    last one while the node map is the same and the owners did not change."""
+
+    def __init__(self) -> None:
+        self._workloads: Mapping[str, WorkloadState] | None = None
+        self._candidates: list[WorkloadState] = []
+        self._by_key: dict[str, WorkloadState] = {}
+        self._owners_of: Sequence[WorkloadState] | None = None
+        self._by_owner: dict[tuple[str, str, str], WorkloadState] = {}
+        self._by_name: dict[tuple[str, str], WorkloadState] = {}
+        self._name_keys: dict[tuple[str, str], str] = {}
+        self._owners: object = None
+        self._nodes: Mapping[str, NodeState] | None = None
+        self._parts: dict[str, tuple[NodeState, _Found]] = {}
+        self._out: dict[str, list[GpuState]] = {}
+
+    def candidates(self, workloads: Mapping[str, WorkloadState]) -> tuple[list[WorkloadState], dict[str, WorkloadState]]:
+        """The workloads that may stall (``_candidate``), and the same by key."""
+        if workloads is not self._workloads:
+            self._workloads = workloads
+            self._candidates = [w for w in workloads.values() if _candidate(w)]
+            self._by_key = {w.key: w for w in self._candidates}
+        return self._candidates, self._by_key
+
+    def gpus(self, snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]) -> dict[str, list[GpuState]]:
+        """``workload_gpus(snapshot, candidates)``, from what is unchanged since the last pass."""
+        if candidates is not self._owners_of:
+            self._owners_of = candidates
+            self._by_owner, self._by_name = _owners(candidates)
+            self._name_keys = {k: w.key for k, w in self._by_name.items()}
+        ray_pods = _ray_pods(snapshot, self._by_owner)
+        owners = (self._name_keys, ray_pods)
+        nodes = snapshot.nodes
+        if owners != self._owners:
+            self._owners, self._parts = owners, {}
+        elif nodes is self._nodes:
+            return self._out
+        parts = self._parts
+        if len(parts) > 2 * len(nodes):  # (nodes that went away)
+            parts = self._parts = {n: v for n, v in parts.items() if n in nodes}
+        out: dict[str, list[GpuState]] = {}
+        for name in sorted(nodes):
+            node = nodes[name]
+            hit = parts.get(name)
+            if hit is not None and hit[0] is node:
+                found = hit[1]
+            else:
+                found = _attributed(node, self._by_name, ray_pods)
+                parts[name] = (node, found)
+            for key, gpus in found:
                 out.setdefault(key, []).extend(gpus)
-    return out
+        self._nodes, self._out = nodes, out
+        return out
 
 
 def _candidate(wl: WorkloadState) -> bool:
@@ -268,17 +358,22 @@ def _sources(gpus: Sequence[GpuState]) -> str:
 
 
 def decide_stalls(
-    snapshot: ClusterSnapshot, config: StallConfig, history: Mapping[str, StallTrack], now: float
+    snapshot: ClusterSnapshot, config: StallConfig, history: Mapping[str, StallTrack], now: float,
+    memo: StallMemo | None = None,
 ) -> StallResult:
-    """The stalled workloads of ``snapshot`` and the timers for the next pass (see the module doc)."""
+    """The stalled workloads of ``snapshot`` and the timers for the next pass (see the module doc);
+    ``memo``: the caller's ``StallMemo``, kept from pass to pass (the same result without it)."""
     if not config.enabled:
         return StallResult((), frozen_map(), "the stall detector is off (stall.enabled: false)")
     if snapshot.gpu_signal_stale():
         # no verdict on incomplete data; the timers start over when the signal is back
         return StallResult((), frozen_map(), "GPU signal stale")
-    candidates = [w for w in snapshot.workloads.values() if _candidate(w)]
-    gpus_of = workload_gpus(snapshot, candidates)
-    by_key = {w.key: w for w in candidates}
+    if memo is not None:
+        candidates, by_key = memo.candidates(snapshot.workloads)
+    else:
+        candidates = [w for w in snapshot.workloads.values() if _candidate(w)]
+        by_key = {w.key: w for w in candidates}
+    gpus_of = workload_gpus(snapshot, candidates, memo)
     tracks: dict[str, StallTrack] = {}
     stalled: list[StalledWorkload] = []
     limit = config.gpu_utilization
