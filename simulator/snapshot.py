@@ -145,6 +145,7 @@ class SnapshotBuilder:
         self._changed: set[str] = set()  # nodes changed since the node map was built
         cluster.watchers[self] = self._changed
         self._cq_map: tuple[tuple[object, ...], Mapping[str, ClusterQueueState]] | None = None
+        self._cq_moves = -1  # Kueue's usage_moves when the map was last looked at
         self._ray_workers: dict[str, WorkerViews[RayWorker]] = {}  # RayCluster -> its workers' views, by change
         # each RayCluster's WorkerGroupState while its workers (the same tuple), replicas and
         # workersToDelete are unchanged; Ray's demand by the queue's length (immutable, shared)
@@ -346,7 +347,11 @@ class SnapshotBuilder:
         return self._local_queues
 
     def cluster_queue_map(self) -> Mapping[str, ClusterQueueState]:
-        """``cluster_queues()`` as a read-only map, rebuilt only when some queue's usage changed."""
+        """``cluster_queues()`` as a read-only map, rebuilt only when some queue's usage changed (not
+        looked at while Kueue's ``usage_moves`` count is the last one's)."""
+        if self._cq_map is not None and self.kueue.usage_moves == self._cq_moves:
+            return self._cq_map[1]
+        self._cq_moves = self.kueue.usage_moves
         key = tuple((q.name, tuple(q.usage.items()), tuple(q.nominal.items()), tuple(q.borrowing_limit.items()))
                     for q in self.kueue.cqs.values())
         if self._cq_map is None or self._cq_map[0] != key:
