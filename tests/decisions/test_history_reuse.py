@@ -82,6 +82,15 @@ def test_the_parsed_policy_of_a_cluster_equals_a_fresh_parse():
     assert _cluster_policy(frozen_map(changed), D)[0].idle_window_seconds == 420
     odd = {"queuepilot.io/idle-window": 60}  # not a string: parsed every time, as before
     assert _cluster_policy(odd, D) == policy_from_annotations(odd, D)
+    # the very read-only map again (as a snapshot builder hands it out pass after pass): the last
+    # parse, but never for other defaults; a plain dict (which its owner may change) is looked into
+    same = frozen_map(notes)
+    for defaults in (D, D, other, other, D):
+        assert _cluster_policy(same, defaults) == policy_from_annotations(notes, defaults)
+    mutable = dict(notes)
+    assert _cluster_policy(mutable, D)[0].idle_window_seconds == 240
+    mutable["queuepilot.io/idle-window"] = "9m"
+    assert _cluster_policy(mutable, D)[0].idle_window_seconds == 540
 
 
 # ------------------------------------------------------------------------------- the steady hold

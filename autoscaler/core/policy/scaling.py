@@ -76,6 +76,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Literal, NamedTuple, overload
 
 from autoscaler.core import reasons as R
@@ -160,17 +161,31 @@ class GroupHistory:
     def pruned(self, policy: ScalingDefaults, now: float) -> GroupHistory:
         """Without the recommendations and scale events older than any window or period still looks
         back; this very history when nothing is that old."""
-        keep_rec = max(policy.scale_up.stabilization_window_seconds, policy.scale_down.stabilization_window_seconds)
-        keep_ev = max(policy.scale_up.longest_period, policy.scale_down.longest_period)
-        recommendations = _recent(self.recommendations, now, keep_rec)
-        scale_events = _recent(self.scale_events, now, keep_ev)
-        reclaims = self.reclaims
-        if any(not now - t < RECLAIM_BUDGET_PERIOD for t in reclaims):
-            reclaims = tuple(t for t in reclaims if now - t < RECLAIM_BUDGET_PERIOD)
+        recommendations, scale_events, reclaims = self._recent_parts(policy, now)
         if (recommendations is self.recommendations and scale_events is self.scale_events
                 and reclaims is self.reclaims):
             return self
         return self.but(recommendations=recommendations, scale_events=scale_events, reclaims=reclaims)
+
+    def held(self, policy: ScalingDefaults, now: float, replicas: int, steady: SteadyHold) -> GroupHistory:
+        """``pruned(policy, now)`` with this pass's recommendation ``replicas`` recorded and ``steady``
+        as the last decision (what a steady hold leaves), built once."""
+        recommendations, scale_events, reclaims = self._recent_parts(policy, now)
+        return GroupHistory(
+            recommendations=(*recommendations, (now, replicas)), scale_events=scale_events,
+            idle_since=self.idle_since, user_max=self.user_max, written_max=self.written_max,
+            last_launch=self.last_launch, reclaims=reclaims, steady=steady)
+
+    def _recent_parts(self, policy: ScalingDefaults, now: float) -> tuple[
+            tuple[tuple[float, int], ...], tuple[tuple[float, int], ...], tuple[float, ...]]:
+        """(recommendations, scale events, reclaims) still inside a window or period that looks back
+        (each the very tuple when nothing in it is that old)."""
+        keep_rec = max(policy.scale_up.stabilization_window_seconds, policy.scale_down.stabilization_window_seconds)
+        keep_ev = max(policy.scale_up.longest_period, policy.scale_down.longest_period)
+        reclaims = self.reclaims
+        if reclaims and any(not now - t < RECLAIM_BUDGET_PERIOD for t in reclaims):
+            reclaims = tuple(t for t in reclaims if now - t < RECLAIM_BUDGET_PERIOD)
+        return _recent(self.recommendations, now, keep_rec), _recent(self.scale_events, now, keep_ev), reclaims
 
     def but(self, *, recommendations: tuple[tuple[float, int], ...] | None = None,
             scale_events: tuple[tuple[float, int], ...] | None = None, reclaims: tuple[float, ...] | None = None,
@@ -1199,9 +1214,27 @@ _POLICIES: dict[tuple[tuple[tuple[str, str], ...], int],
 _POLICIES_MAX = 1024
 
 
+# the last parse's read-only annotations map and defaults, and its result: a snapshot builder hands out
+# the very same map while a cluster's annotations do not change (so one pass after another asks again)
+_LAST_POLICY: tuple[Mapping[str, str], ScalingDefaults, tuple[ScalingDefaults, tuple[str, ...]]] | None = None
+
+
 def _cluster_policy(annotations: Mapping[str, str], defaults: ScalingDefaults) -> tuple[ScalingDefaults, tuple[str, ...]]:
     """``policy_from_annotations(annotations, defaults)``, parsed once per distinct annotations (of
-    strings, as Kubernetes has them; anything else is parsed every time)."""
+    strings, as Kubernetes has them; anything else is parsed every time); the very read-only map
+    (``frozen_map``) of the last call with the same defaults is not looked into again."""
+    global _LAST_POLICY
+    last = _LAST_POLICY
+    if last is not None and last[0] is annotations and last[1] is defaults:
+        return last[2]
+    result = _parsed_policy(annotations, defaults)
+    if type(annotations) is MappingProxyType:
+        _LAST_POLICY = (annotations, defaults, result)
+    return result
+
+
+def _parsed_policy(annotations: Mapping[str, str], defaults: ScalingDefaults) -> tuple[ScalingDefaults, tuple[str, ...]]:
+    """``policy_from_annotations``, from the parses kept by the annotations' content (``_POLICIES``)."""
     items = tuple(annotations.items())
     if not all(type(k) is str and type(v) is str for k, v in items):
         return policy_from_annotations(annotations, defaults)
@@ -1307,9 +1340,8 @@ def _steady_cluster(
             if gpu_stale:
                 return None
         assert h is not None
-        h = h.pruned(policy, now)
         decisions.append(s.decision)
-        new_hist[group.name] = h.but(recommendations=(*h.recommendations, (now, group.replicas)), steady=s)
+        new_hist[group.name] = h.held(policy, now, group.replicas, s)
     return tuple(decisions), new_hist
 
 
