@@ -1312,8 +1312,8 @@ def _steady_cluster(
     demand and no infeasible demand for the group (``assign_demand``: of the groups and the demand):
     so the steady hold's test (``_still_steady``: those, the resourceVersion, the group) comes down to
     the policy and the queue pressure, and the signals' freshness, which moves with the time, is
-    asked as the ladder asks it.  The history records
-    the recommendation as the ladder does: pruned, then this pass's current replicas."""
+    asked as the ladder asks it.  The history records the recommendation as the ladder does: pruned,
+    then this pass's current replicas (``GroupHistory.held``)."""
     groups, now = cluster.groups, context.now
     if len(history) != len(groups):
         return None
@@ -1326,7 +1326,9 @@ def _steady_cluster(
     new_hist: dict[str, GroupHistory] = {}
     for group in groups:
         h = history.get(group.name)
-        s = h.steady if h is not None else None
+        if h is None:
+            return None
+        s = h.steady
         if (s is None or s.group is not group or s.pressure != pressure
                 or not (s.policy is policy or s.policy == policy)):
             return None
@@ -1339,7 +1341,6 @@ def _steady_cluster(
                 gpu_stale = context.snapshot.gpu_signal_stale()
             if gpu_stale:
                 return None
-        assert h is not None
         decisions.append(s.decision)
         new_hist[group.name] = h.held(policy, now, group.replicas, s)
     return tuple(decisions), new_hist
