@@ -34,6 +34,8 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
+from autoscaler.core.frozen_init import quick_init
+
 STARTING = "starting"
 ACTIVE = "active"
 IN_JOB_IDLE = "in_job_idle"
@@ -84,6 +86,7 @@ class Profile(Protocol):
         ...
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobUtil:
     """One job's draw.  ``work_s`` becomes ``Job.duration`` (a Ray task's busy time), ``idle_tail``
@@ -105,6 +108,7 @@ def _mix(key: int, seg: int) -> float:
     return h / 4294967296.0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ScatteredProfile:
     """The original model: constant ``level`` with segments idle by ``scattered_idle``; a Ray task's
@@ -146,6 +150,7 @@ class ScatteredProfile:
         return ACTIVE, self.level, nxt
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PhasedProfile:
     """``[0, start_end)`` starting at ``start_util``; then 5-minute segments (counted from 0), each
@@ -219,6 +224,7 @@ class ScatteredModel:
         return JobUtil(util, duration, tail, ScatteredProfile(job_id, util, duration, tail))
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PhasedParams:
     """Parameters of a phased model; docs/simulation.md gives each one's value and source."""
@@ -311,6 +317,7 @@ def get_model(name: str | UtilModel) -> UtilModel:
 
 
 # --------------------------------------------------------------------------- fleet samples
+@quick_init
 @dataclass(frozen=True, slots=True)
 class FleetSamples:
     """Per-GPU utilization samples of a fleet: one every ``step_s`` of each job's allocated time

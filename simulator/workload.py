@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from autoscaler.core.frozen_init import quick_init
 from simulator.utilization import (
     DEFAULT_MODEL,
     SCATTERED,
@@ -133,6 +134,7 @@ class Job:
 
 
 # --------------------------------------------------------------------------------------- Philly
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TraceWindow:
     jobs: tuple[Job, ...]
@@ -212,6 +214,7 @@ WEEKEND_FACTOR = 0.5
 BATCH_MEAN = 4.0  # geometric batch size (sweeps), CV >> 1
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SyntheticParams:
     jobs_per_hour: float = 40.0  # mean over the week

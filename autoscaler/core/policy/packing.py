@@ -17,9 +17,11 @@ from bisect import insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from autoscaler.core.frozen_init import quick_init
 from autoscaler.core.snapshot import GPU_RESOURCE, NodeState, PodSetSpec, frozen_map
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Bin:
     """Free room on one node."""
@@ -31,6 +33,7 @@ class Bin:
     labels: Mapping[str, str] = field(default_factory=frozen_map)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PodShape:
     """``count`` identical pods of one pod set."""
@@ -43,6 +46,7 @@ class PodShape:
     node_selector: Mapping[str, str] = field(default_factory=frozen_map)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PackResult:
     placement: Mapping[str, Mapping[str, int]]  # pod set -> node -> GPUs placed

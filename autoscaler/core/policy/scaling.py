@@ -80,6 +80,7 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple, overload
 
 from autoscaler.core import reasons as R
+from autoscaler.core.frozen_init import quick_init
 from autoscaler.core.policy.annotations import policy_from_annotations
 from autoscaler.core.policy.behavior import ScalingRules, normalize
 from autoscaler.core.policy.config import ScalingDefaults
@@ -136,6 +137,7 @@ class Step(NamedTuple):
     message: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class GroupHistory:
     """What one group's past decisions leave behind (kept by the caller between passes)."""
@@ -219,6 +221,7 @@ class GroupHistory:
         return replace(self, scale_events=(*self.scale_events, (now, change)))
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SteadyHold:
     """Last pass's decision when it was a plain hold, and what decided it: no Ray demand for the group,
@@ -249,6 +252,7 @@ def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> 
     return entries
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class GroupDecision:
     namespace: str
@@ -278,6 +282,7 @@ class GroupDecision:
         return (self.namespace, self.cluster, self.group)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ScalingResult:
     decisions: tuple[GroupDecision, ...]
@@ -467,6 +472,7 @@ class PressureIndex:
                 self.first_other_ns = i
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WaitingIndex(Sequence[Waiting]):
     """The pending GPU workloads without quota as (wait, workload), longest wait first, with the
@@ -730,6 +736,7 @@ class ScalingContext:
 
 
 # ---------------------------------------------------------------------------------------- one group
+@quick_init
 @dataclass(frozen=True, slots=True)
 class _GroupCase:
     """One worker group's inputs for one pass: what every step reads."""
@@ -805,6 +812,7 @@ class _GroupCase:
                              write="replicas" if clear else "none")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class _Workers:
     """What the group's workers say this pass (idleness, starting and never-made replicas)."""
