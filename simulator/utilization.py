@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from autoscaler.core.frozen_init import quick_init
@@ -99,15 +99,6 @@ class JobUtil:
     profile: Profile
 
 
-def _mix(key: int, seg: int) -> float:
-    """A uniform in [0, 1) from (job key, segment): two rounds of multiply-xorshift, 32 bits."""
-    h = (key ^ (seg * 0x9E3779B1)) & 0xFFFFFFFF
-    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
-    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
-    h ^= h >> 16
-    return h / 4294967296.0
-
-
 @quick_init
 @dataclass(frozen=True, slots=True)
 class ScatteredProfile:
@@ -165,6 +156,10 @@ class PhasedProfile:
     stall_start: float | None
     idle_p: float
     levels: tuple[float, ...]
+    stop: float = field(default=0.0, init=False, repr=False, compare=False)  # the active phase's end
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", self.end if self.stall_start is None else min(self.end, self.stall_start))
 
     def util_at(self, t: float) -> float:
         return self.at(t)[1]
@@ -180,11 +175,16 @@ class PhasedProfile:
         """``(phase_at(t), util_at(t), next_change(t))``, worked out once (the ledger asks it at every change)."""
         if t < self.start_end:
             return STARTING, self.start_util, self.start_end
-        stop = self.end if self.stall_start is None else min(self.end, self.stall_start)
+        stop = self.stop
         if t >= stop:
             return STALLED, 0.0, math.inf
         nxt = min(stop, (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S)
-        u = _mix(self.key, int(t // SEGMENT_S))
+        # the segment's draw, a uniform in [0, 1) from (job key, segment): two rounds of
+        # multiply-xorshift, 32 bits (written out here: the ledger asks it at every change)
+        h = (self.key ^ (int(t // SEGMENT_S) * 0x9E3779B1)) & 0xFFFFFFFF
+        h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
+        h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
+        u = (h ^ (h >> 16)) / 4294967296.0
         if u < self.idle_p:
             return IN_JOB_IDLE, 0.0, nxt
         k = int((u - self.idle_p) / (1.0 - self.idle_p) * len(self.levels))
@@ -193,12 +193,13 @@ class PhasedProfile:
     def mean_util(self, t0: float, t1: float) -> float:
         """Time-mean of ``util_at`` over ``[t0, t1)`` (exact, segment by segment)."""
         if t1 <= t0:
-            return self.util_at(t0)
+            return self.at(t0)[1]
         acc = 0.0
         t = t0
         while t < t1:
-            nxt = min(t1, self.next_change(t))
-            acc += self.util_at(t) * (nxt - t)
+            _, u, nc = self.at(t)
+            nxt = min(t1, nc)
+            acc += u * (nxt - t)
             t = nxt
         return acc / (t1 - t0)
 
