@@ -70,7 +70,7 @@ class ScaleAction:
 
 class Scaler(Protocol):
     name: str
-    reads_utilization: bool  # whether ``decide`` reads a worker's ``util`` (else it may be a stand-in)
+    reads_utilization: ClassVar[bool]  # whether ``decide`` reads a worker's ``util`` (else it may be a stand-in)
 
     def decide(self, view: GroupView) -> ScaleAction: ...
 

@@ -123,16 +123,16 @@ class SimCluster:
             left[node] -= need
             plan.append((pod_id, node, need))
         for pod_id, node_name, need in plan:
-            node = self.by_name[node_name]
+            sim_node = self.by_name[node_name]
             got: list[tuple[SimNode, int]] = []
-            for i in range(node.gpus):
+            for i in range(sim_node.gpus):
                 if len(got) == need:
                     break
-                if node.healthy[i] and node.owner[i] is None:
-                    node.owner[i] = pod_id
-                    got.append((node, i))
+                if sim_node.healthy[i] and sim_node.owner[i] is None:
+                    sim_node.owner[i] = pod_id
+                    got.append((sim_node, i))
             self._free[node_name] -= need
-            self._touch(node)
+            self._touch(sim_node)
             self._allocated += len(got)
             self.pod_gpus[pod_id] = got
         return True

@@ -71,19 +71,27 @@ steps do; the reason of the last step that changed the value is the decision's r
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Literal, NamedTuple, overload
+from typing import Literal, NamedTuple
 
 from autoscaler.core import reasons as R
 from autoscaler.core.frozen_init import quick_init
 from autoscaler.core.policy.annotations import policy_from_annotations
 from autoscaler.core.policy.behavior import ScalingRules, normalize
 from autoscaler.core.policy.config import ScalingDefaults
+from autoscaler.core.policy.pressure import (
+    PressureIndex,
+    Waiting,
+    WaitingIndex,
+    pending_gpu_workloads,
+    pressure_of,
+    queue_pressure,
+    waiting_candidates,
+)
 from autoscaler.core.policy.quota import CohortTotals, admittable_gpus, cohort_totals
 from autoscaler.core.snapshot import (
     GPU_RESOURCE,
@@ -114,6 +122,7 @@ __all__ = [
     "queue_pressure",
     "ray_cluster_workloads",
     "utilization_source",
+    "waiting_candidates",
     "workers_needed",
 ]
 
@@ -121,7 +130,6 @@ Direction = Literal["up", "down", "hold"]
 WriteMode = Literal["replicas", "min_max", "none"]
 Bundle = Mapping[str, float]
 DemandRun = tuple[Bundle, bool, int]  # (bundle shape, STRICT_SPREAD, how many)
-Waiting = tuple[float, WorkloadState]  # (seconds waited, workload)
 OwnedWorkloads = Mapping[tuple[str, str], Sequence[WorkloadState]]  # (namespace, RayCluster) -> Workloads
 
 _CHECKED = ("GPU", "CPU", "memory")
@@ -135,6 +143,58 @@ class Step(NamedTuple):
     value: int
     reason: str
     message: str
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class GroupDecision:
+    namespace: str
+    cluster: str
+    group: str
+    direction: Direction
+    reason: str
+    message: str
+    current: int
+    desired: int
+    min_replicas: int
+    max_replicas: int
+    workers_to_delete: tuple[str, ...] = ()
+    write: WriteMode = "none"
+    new_min: int | None = None
+    new_max: int | None = None
+    idle_gpus: int = 0
+    pending_gpus: int = 0
+    infeasible: tuple[str, ...] = ()
+    clear_workers_to_delete: bool = False
+    resource_version: str = ""
+    # the pods of ``workers_to_delete`` that hold Ray actors/tasks (their work is killed)
+    reclaimed: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.namespace, self.cluster, self.group)
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class SteadyHold:
+    """Last pass's decision when it was a plain hold, and what decided it: no Ray demand for the group,
+    no worker idle (so no idle timer runs), the recommendation equal to the current replicas, within
+    [min, max], nothing to write (``_steady_hold``; a pass that holds for a guard or a stale signal
+    leaves none).  Such a decision is a function of the group (of its workers' utilization only
+    whether each is idle now), the policy, the queue pressure and the RayCluster's resourceVersion
+    alone: the stabilization windows, step limits, the down-after-up hold and the reclaim budget
+    move nothing when the recommendation is the current count.  So while those four are unchanged
+    and the guards and signals still pass, the next pass decides the same hold without the
+    recommendation steps (``_still_steady``); ``group`` is the latest group it was decided for."""
+
+    group: WorkerGroupState
+    policy: ScalingDefaults
+    pressure: str
+    decision: GroupDecision
+    # a RayCluster it was decided for: equal to this pass's but for the Ray signal's time, the
+    # group's holds are decided again without a case per group (``_steady_cluster``)
+    cluster: RayClusterState | None = field(default=None, compare=False, repr=False)
 
 
 @quick_init
@@ -221,28 +281,6 @@ class GroupHistory:
         return replace(self, scale_events=(*self.scale_events, (now, change)))
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
-class SteadyHold:
-    """Last pass's decision when it was a plain hold, and what decided it: no Ray demand for the group,
-    no worker idle (so no idle timer runs), the recommendation equal to the current replicas, within
-    [min, max], nothing to write (``_steady_hold``; a pass that holds for a guard or a stale signal
-    leaves none).  Such a decision is a function of the group (of its workers' utilization only
-    whether each is idle now), the policy, the queue pressure and the RayCluster's resourceVersion
-    alone: the stabilization windows, step limits, the down-after-up hold and the reclaim budget
-    move nothing when the recommendation is the current count.  So while those four are unchanged
-    and the guards and signals still pass, the next pass decides the same hold without the
-    recommendation steps (``_still_steady``); ``group`` is the latest group it was decided for."""
-
-    group: WorkerGroupState
-    policy: ScalingDefaults
-    pressure: str
-    decision: GroupDecision
-    # a RayCluster it was decided for: equal to this pass's but for the Ray signal's time, the
-    # group's holds are decided again without a case per group (``_steady_cluster``)
-    cluster: RayClusterState | None = field(default=None, compare=False, repr=False)
-
-
 def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> tuple[tuple[float, int], ...]:
     """The (t, value) entries younger than ``keep`` seconds; ``entries`` itself when none is older (in
     any order: a history built by hand need not be in time order).  Whether any is older is asked of
@@ -250,36 +288,6 @@ def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> 
     if entries and not now - min(entries)[0] < keep:  # (not <: exactly the entries the filter drops)
         return tuple(e for e in entries if now - e[0] < keep)
     return entries
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class GroupDecision:
-    namespace: str
-    cluster: str
-    group: str
-    direction: Direction
-    reason: str
-    message: str
-    current: int
-    desired: int
-    min_replicas: int
-    max_replicas: int
-    workers_to_delete: tuple[str, ...] = ()
-    write: WriteMode = "none"
-    new_min: int | None = None
-    new_max: int | None = None
-    idle_gpus: int = 0
-    pending_gpus: int = 0
-    infeasible: tuple[str, ...] = ()
-    clear_workers_to_delete: bool = False
-    resource_version: str = ""
-    # the pods of ``workers_to_delete`` that hold Ray actors/tasks (their work is killed)
-    reclaimed: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.namespace, self.cluster, self.group)
 
 
 @quick_init
@@ -397,10 +405,10 @@ def workers_needed(
                 if f == math.inf:  # needs none of the checked resources: all go in the first worker
                     n = 0
                     break
-                f = int(f)
-                filled = min(count, n // f)
-                n -= filled * f
-                repl = [(_minus(rem, need, f), filled)] if filled else []
+                fit = int(f)  # (the count as an int: n // fit, not a float)
+                filled = min(count, n // fit)
+                n -= filled * fit
+                repl = [(_minus(rem, need, fit), filled)] if filled else []
                 left = count - filled
                 if left and n > 0:  # the next worker of this run takes the rest (fewer than f)
                     repl.append((_minus(rem, need, n), 1))
@@ -417,149 +425,12 @@ def workers_needed(
         elif f == 0:  # larger than a worker (not assigned here by assign_demand): one worker each
             bins.append((_minus(full, need, 1), n))
         else:
-            f = int(f)
-            if n // f:
-                bins.append((_minus(full, need, f), n // f))
-            if n % f:
-                bins.append((_minus(full, need, n % f), 1))
+            fit = int(f)  # (the count as an int: n // fit, not a float)
+            if n // fit:
+                bins.append((_minus(full, need, fit), n // fit))
+            if n % fit:
+                bins.append((_minus(full, need, n % fit), 1))
     return sum(c for _, c in bins)
-
-
-# ---------------------------------------------------------------------------------------- pressure
-class _Group:
-    """The waiting workloads of one ClusterQueue (or namespace), in the global order."""
-
-    __slots__ = ("cum_gpus", "neg_waits")
-
-    def __init__(self) -> None:
-        self.neg_waits: list[float] = []  # -wait, ascending
-        self.cum_gpus: list[int] = [0]  # cum_gpus[i]: GPUs of the first i
-
-    def add(self, wait: float, gpus: int) -> None:
-        self.neg_waits.append(-wait)
-        self.cum_gpus.append(self.cum_gpus[-1] + gpus)
-
-    def longer_than(self, wait_seconds: float) -> tuple[int, int]:
-        """(workloads, GPUs) of this group waiting longer than ``wait_seconds``."""
-        n = bisect_left(self.neg_waits, -wait_seconds)
-        return n, self.cum_gpus[n]
-
-
-class PressureIndex:
-    """Answers ``queue_pressure`` for any cluster in O(log n): prefix sums over the waiting list
-    (longest wait first), overall and per ClusterQueue and per namespace, and for each of the two
-    groupings the first workload that is not in the first workload's group."""
-
-    __slots__ = ("all", "by_cq", "by_ns", "first_other_cq", "first_other_ns")
-
-    def __init__(self, waiting: Sequence[Waiting]) -> None:
-        self.all = _Group()
-        self.by_cq: dict[str | None, _Group] = {}
-        self.by_ns: dict[str, _Group] = {}
-        self.first_other_cq: int | None = None
-        self.first_other_ns: int | None = None
-        if not waiting:
-            return
-        first = waiting[0][1]
-        for i, (wait, wl) in enumerate(waiting):
-            gpus = wl.gpu_demand
-            self.all.add(wait, gpus)
-            self.by_cq.setdefault(wl.cluster_queue, _Group()).add(wait, gpus)
-            self.by_ns.setdefault(wl.namespace, _Group()).add(wait, gpus)
-            if self.first_other_cq is None and wl.cluster_queue != first.cluster_queue:
-                self.first_other_cq = i
-            if self.first_other_ns is None and wl.namespace != first.namespace:
-                self.first_other_ns = i
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class WaitingIndex(Sequence[Waiting]):
-    """The pending GPU workloads without quota as (wait, workload), longest wait first, with the
-    ``PressureIndex`` over them, so that ``queue_pressure`` for N clusters costs O(n + N log n)
-    instead of O(N x n).  A read-only sequence of its entries."""
-
-    entries: tuple[Waiting, ...]
-    pressure_index: PressureIndex = field(compare=False, repr=False)
-
-    @classmethod
-    def of(cls, waiting: Sequence[Waiting]) -> WaitingIndex:
-        """``waiting`` (sorted longest wait first) with its index; an index is returned as it is."""
-        if isinstance(waiting, WaitingIndex):
-            return waiting
-        entries = tuple(waiting)
-        return cls(entries, PressureIndex(entries))
-
-    @overload
-    def __getitem__(self, i: int) -> Waiting: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> tuple[Waiting, ...]: ...
-
-    def __getitem__(self, i: int | slice) -> Waiting | tuple[Waiting, ...]:
-        return self.entries[i]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __iter__(self) -> Iterator[Waiting]:
-        return iter(self.entries)
-
-
-def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float,
-                          candidates: Sequence[WorkloadState] | None = None) -> WaitingIndex:
-    """(wait, workload) of every pending GPU workload without quota, longest wait first; compute it
-    once per snapshot and pass it to ``decide_scaling(..., waiting=)`` when deciding many clusters
-    (or build one ``ScalingContext``).  ``candidates``: ``waiting_candidates(snapshot.workloads)``
-    when already found (a caller that sees the same Workloads map again need not look again)."""
-    found = waiting_candidates(snapshot.workloads) if candidates is None else candidates
-    out = [(now - wl.queued_since, wl) for wl in found]
-    out.sort(key=lambda x: (-x[0], x[1].key))
-    return WaitingIndex.of(out)
-
-
-def waiting_candidates(workloads: Mapping[str, WorkloadState]) -> tuple[WorkloadState, ...]:
-    """The Workloads that wait for GPU quota: pending, no quota reserved, some GPU asked for."""
-    return tuple(wl for wl in workloads.values() if wl.pending and not wl.quota_reserved and wl.gpu_demand > 0)
-
-
-def queue_pressure(
-    snapshot: ClusterSnapshot,
-    cluster: RayClusterState,
-    wait_seconds: float,
-    now: float,
-    waiting: Sequence[Waiting] | None = None,
-) -> str:
-    """A description of other teams waiting (GPU workloads of other ClusterQueues pending longer than
-    ``wait_seconds``), or "" when nobody waits.  ``waiting`` must be sorted longest wait first (as
-    ``pending_gpu_workloads`` returns it)."""
-    return _pressure(WaitingIndex.of(pending_gpu_workloads(snapshot, now) if waiting is None else waiting),
-                     cluster, wait_seconds)
-
-
-def _pressure(waiting: WaitingIndex, cluster: RayClusterState, wait_seconds: float) -> str:
-    if not waiting:
-        return ""
-    index = waiting.pressure_index
-    # others = the waiting workloads past the threshold that are not in the cluster's own group:
-    # its ClusterQueue, or (a cluster outside Kueue) its namespace
-    if cluster.cluster_queue is not None:
-        own, first_own = index.by_cq.get(cluster.cluster_queue), waiting[0][1].cluster_queue == cluster.cluster_queue
-        first_other = index.first_other_cq
-    else:
-        own, first_own = index.by_ns.get(cluster.namespace), waiting[0][1].namespace == cluster.namespace
-        first_other = index.first_other_ns
-    count, gpus = index.all.longer_than(wait_seconds)
-    if own is not None:
-        own_count, own_gpus = own.longer_than(wait_seconds)
-        count, gpus = count - own_count, gpus - own_gpus
-    if count <= 0:
-        return ""
-    # the oldest other: the first in the list unless that one is the cluster's own (then the first
-    # of another group, which lies inside the threshold because count > 0, so first_other is set)
-    age, oldest = waiting[first_other if first_own and first_other is not None else 0]
-    return (f"{count} workload(s) of other queues wait for {gpus} GPUs "
-            f"(oldest {oldest.key} in {oldest.cluster_queue}, {age / 60:.0f}m)")
 
 
 # -------------------------------------------------------------------------------------------- idle
@@ -710,7 +581,7 @@ class ScalingContext:
 
     def pressure(self, cluster: RayClusterState, wait_seconds: float) -> str:
         """``queue_pressure`` for ``cluster`` from the shared index."""
-        return _pressure(self.waiting, cluster, wait_seconds)
+        return pressure_of(self.waiting, cluster, wait_seconds)
 
     def headroom(self, cluster: RayClusterState, group: WorkerGroupState) -> tuple[int | None, str]:
         """Most replicas the ClusterQueue can still admit for this group (None: unlimited), and why:
