@@ -16,12 +16,13 @@ APT_PACKAGES := prometheus prometheus-alertmanager gcc libc6-dev
 HELM3 := tools/bin/helm3
 HELM4 := tools/bin/helm4
 
-.PHONY: demo test bench setup venv apt helm proto lint generate check-generated fetch-shared clean help image image-push
+.PHONY: demo test bench compiled setup venv apt helm proto lint generate check-generated fetch-shared clean help image image-push
 
 help:
 	@echo "make demo   - run the whole system, simulated, in one process (no cluster, no GPU)"
 	@echo "make test   - set up everything and run every check CI runs"
 	@echo "make bench  - run the benchmarks, tables and plots land in benchmarks/results/"
+	@echo "make compiled - build the mypyc-compiled simulator the policy benchmarks run (.build/compiled)"
 	@echo "make generate - regenerate dashboards, alert rules, docs/metrics.md and gRPC stubs"
 	@echo "make image  - build the controller/exporter image (IMAGE=, TAG=; make image-push for multi-arch)"
 	@echo "make fetch-shared - fetch the pinned upstream CRDs and traces into .shared/ (outside this workplace)"
@@ -79,8 +80,15 @@ test: setup lint
 demo: $(DEMO_STAMP)
 	$(PY) -m queuepilot demo $(DEMO_ARGS)
 
-bench: setup
-	$(PY) benchmarks/run_all.py
+# the simulator the policy benchmarks run, compiled with mypyc into .build/compiled (the checkout is
+# not touched; rebuilt only when a source changed): benchmarks/compiled.py, docs/simulation.md "Speed"
+COMPILED := .build/compiled
+
+compiled: venv
+	$(PY) benchmarks/compiled.py build --out $(COMPILED)
+
+bench: setup compiled
+	QUEUEPILOT_COMPILED=$(COMPILED) $(PY) benchmarks/run_all.py
 
 # the controller/exporter image (docs/install.md): a local build, or a multi-arch build pushed to IMAGE
 IMAGE ?= ghcr.io/queuepilot/queuepilot
@@ -98,4 +106,4 @@ fetch-shared:
 	@echo "now: export QUEUEPILOT_SHARED=$(abspath .shared)"
 
 clean:
-	rm -rf $(VENV) .make tools/bin .pytest_cache
+	rm -rf $(VENV) .make tools/bin .pytest_cache .build

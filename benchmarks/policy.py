@@ -41,6 +41,11 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.compiled import describe, select_build  # noqa: E402
+
+# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): first on sys.path, before any
+# project module is imported here (benchmarks/compiled.py)
+BUILD = select_build(exit_on_stale=True)
 
 from benchmarks import reclaim_budget as budget_sweep  # noqa: E402
 from benchmarks.sim_runs import bench_config  # noqa: E402
@@ -296,6 +301,7 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
         "command": command, "make_bench": False, "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "commit": ", ".join(dict.fromkeys(str(m.get("commit", "?")) for m in metas)),  # in the sources' order
         "dirty": any(m.get("dirty") for m in metas), "machine": first.get("machine", "?"),
+        "build": "; ".join(dict.fromkeys(str(m["build"]) for m in metas if m.get("build"))),
         "cores": first.get("cores"), "processes": max(int(m.get("processes") or 1) for m in metas),
         "wall_s": round(sum(float(m.get("wall_s") or 0.0) for m in metas), 1),
         "run_s_sum": round(sum(float(r["secs"]) for r in runs), 1),
@@ -840,7 +846,8 @@ def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
     if "merged_from" not in meta:
         return [f"Generated {meta['date']} by `{meta['command']}`"
                 + (" (`make bench` runs it)" if meta.get("make_bench") else "") + f", git {meta['commit']}{dirty}.",
-                f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} worker processes. Wall time "
+                f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} worker processes"
+                + (f"; {meta['build']}" if meta.get("build") else "") + ". Wall time "
                 f"{meta['wall_s'] / 60:.1f} min for {n_runs} runs; {cost}."]
     lines = [f"Merged {meta['date']} by `{meta['command']}` from {len(meta['merged_from'])} runs of this script over "
              f"the same window{dirty}: each run's numbers are those of the commit it ran at, and a run that more "
@@ -850,7 +857,8 @@ def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
         wall = f", {float(src['wall_s']) / 60:.1f} min wall on {src['processes']} processes" if src.get("wall_s") else ""
         lines.append(f"- `{src['file']}`: {src['kept']} of its {src['runs']} runs kept; git {src['commit']}, "
                      f"{src['date']}{wall}: `{src['command']}`")
-    lines += ["", f"Machine: {meta['machine']}, {meta['cores']} cores. {n_runs} runs; wall time summed over the "
+    lines += ["", f"Machine: {meta['machine']}, {meta['cores']} cores" + (f"; {meta['build']}" if meta.get("build") else "")
+              + f". {n_runs} runs; wall time summed over the "
               f"sources {meta['wall_s'] / 60:.1f} min; {cost}."]
     return lines
 
@@ -1187,7 +1195,7 @@ def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str,
     meta = {
         "command": " ".join([".venv/bin/python benchmarks/policy.py", *argv]), "make_bench": not argv,
         "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "commit": commit,
-        "dirty": dirty, "machine": _machine(),
+        "dirty": dirty, "machine": _machine(), "build": describe(BUILD),
         "cores": os.cpu_count(), "processes": args.jobs, "wall_s": round(wall, 1),
         "run_s_sum": round(sum(r["secs"] for r in records), 1),
         "run_cpu_s_sum": round(sum(r["cpu_s"] for r in records), 1),

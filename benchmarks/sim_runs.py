@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from benchmarks.compiled import describe, selected
+
 if TYPE_CHECKING:
     from simulator.engine import SimConfig
 
@@ -58,7 +60,7 @@ def provenance(script: str, argv: Sequence[str] | None) -> dict[str, str]:
                          text=True).stdout.strip() or "unknown"
     return {"generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "command": f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv),
-            "git": git, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+            "git": git, "machine": f"{platform.machine()}, {os.cpu_count()} cores; {describe(selected())}"}
 
 
 def run_pool(fn: Callable[[T], dict[str, Any]], packed: Sequence[T], label: str, jobs: int) -> list[dict[str, Any]]:

@@ -21,6 +21,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.compiled import select_build  # noqa: E402
+
+# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): first on sys.path, before any
+# project module is imported here (benchmarks/compiled.py)
+BUILD = select_build(exit_on_stale=True)
 
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
