@@ -58,12 +58,16 @@ class StaleBuild(RuntimeError):
     """A compiled build that was not made from this checkout's sources (or for this Python)."""
 
 
+_NOT_SOURCES = ("__pycache__", "*.so", "*.pyc")  # what the copy leaves out and the hash does not read
+
+
 def source_hash(root: Path) -> str:
-    """sha256 over every ``.py`` file of ``PACKAGES`` under ``root`` (its path and bytes), in path order."""
+    """sha256 over every file of ``PACKAGES`` under ``root`` (its path and bytes, the package data with
+    the modules; build products left out), in path order."""
     h = hashlib.sha256()
     for pkg in PACKAGES:
-        for path in sorted((root / pkg).rglob("*.py")):
-            if "__pycache__" in path.parts:
+        for path in sorted((root / pkg).rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".so", ".pyc"):
                 continue
             h.update(path.relative_to(root).as_posix().encode() + b"\0")
             h.update(path.read_bytes() + b"\0")
@@ -83,7 +87,7 @@ def build(out: Path, modules: Sequence[str] = MODULES, *, quiet: bool = False) -
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for pkg in PACKAGES:
-        shutil.copytree(ROOT / pkg, out / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc"))
+        shutil.copytree(ROOT / pkg, out / pkg, ignore=shutil.ignore_patterns(*_NOT_SOURCES))
     (out / "mypy.ini").write_text(MYPY_INI)
     log = out / "build.log"
     with log.open("w") as f:

@@ -35,7 +35,8 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # 0.01 and 0.05, every policy (the queuepilot ones also with stall reclaim under grounded and serving),
     # plus the worker-cap sweep: 154 runs, one table per model and failure rate and a summary
     # (`policy.py --plan` estimates its wall time from a run's costs; measured whole on 2026-12-04 at
-    # 79088d9: 40.0 min on 2 cores (62.5 min on 2026-12-03); more or less as this machine's speed
+    # 79088d9: 40.0 min on 2 cores interpreted; 2026-12-05 at 301e8c4 on the mypyc build, a machine
+    # about 1.5x slower: 39.3 min; more or less as the machine's speed
     # moves; docs/simulation.md, "Speed")
     ("policy quality, the whole matrix (simulator)", "policy.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
