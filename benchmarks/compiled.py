@@ -31,6 +31,7 @@ import sys
 import time
 import types
 from collections.abc import Mapping, Sequence
+from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,7 @@ def source_hash(root: Path) -> str:
     h = hashlib.sha256()
     for pkg in PACKAGES:
         for path in sorted((root / pkg).rglob("*")):
-            if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".so", ".pyc"):
+            if not path.is_file() or any(fnmatch(part, pat) for part in path.parts for pat in _NOT_SOURCES):
                 continue
             h.update(path.relative_to(root).as_posix().encode() + b"\0")
             h.update(path.read_bytes() + b"\0")
@@ -130,7 +131,8 @@ _SELECTED: dict[str, dict[str, object]] = {}  # build path -> its stamp, once se
 def select_build(environ: Mapping[str, str] | None = None, *, exit_on_stale: bool = False) -> dict[str, object] | None:
     """Where ``QUEUEPILOT_COMPILED`` names a build: check it (``StaleBuild`` if it does not match the
     checkout; with ``exit_on_stale``, as a benchmark script calls it, the process exits with that
-    error instead) and put it first on ``sys.path``, before any project module is imported; its stamp.
+    error instead) and have the project's packages imported from it (a finder ahead of ``sys.path``'s),
+    before any project module is imported; its stamp.
     None (and nothing changed) where the variable is unset or empty.  Selecting the same build again
     (another benchmark module imported by the first) changes nothing."""
     env = os.environ if environ is None else environ

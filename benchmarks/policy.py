@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks.compiled import describe, select_build  # noqa: E402
 
-# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): first on sys.path, before any
-# project module is imported here (benchmarks/compiled.py)
+# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): the project's packages come from
+# there, selected before any project module is imported here (benchmarks/compiled.py)
 BUILD = select_build(exit_on_stale=True)
 
 from benchmarks import reclaim_budget as budget_sweep  # noqa: E402

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.compiled import select_build  # noqa: E402
 
-# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): first on sys.path, before any
-# project module is imported here (benchmarks/compiled.py)
+# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): the project's packages come from
+# there, selected before any project module is imported here (benchmarks/compiled.py)
 BUILD = select_build(exit_on_stale=True)
 
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults  # noqa: E402
