@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 HPA_TOLERANCE = 0.1
 HPA_DOWNSCALE_WINDOW_S = 300.0
@@ -70,7 +70,10 @@ class ScaleAction:
 
 class Scaler(Protocol):
     name: str
-    reads_utilization: ClassVar[bool]  # whether ``decide`` reads a worker's ``util`` (else it may be a stand-in)
+
+    @property
+    def reads_utilization(self) -> bool:
+        """Whether ``decide`` reads a worker's ``util`` (else it may be a stand-in)."""
 
     def decide(self, view: GroupView) -> ScaleAction: ...
 
@@ -119,7 +122,10 @@ class HpaScaler:
     target: float = 0.5
     name: str = "hpa"
     history: list[tuple[float, int]] = field(default_factory=list)
-    reads_utilization: ClassVar[bool] = True  # the mean of the ready workers' utilization
+
+    @property
+    def reads_utilization(self) -> bool:
+        return True  # the mean of the ready workers' utilization
 
     def decide(self, view: GroupView) -> ScaleAction:
         ready = [w.util for w in view.workers if w.ready]
@@ -154,9 +160,12 @@ def legacy_normalize(current: int, recommendation: int, history: Sequence[tuple[
 class KedaScaler:
     target: float = 1.0  # tasks per worker
     name: str = "keda"
-    reads_utilization: ClassVar[bool] = False  # the queue and Ray's busy workers
     last_active: float | None = None
     history: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def reads_utilization(self) -> bool:
+        return False  # the queue and Ray's busy workers
 
     def decide(self, view: GroupView) -> ScaleAction:
         metric = view.pending_tasks + sum(1 for w in view.workers if w.ray_busy)
@@ -199,7 +208,10 @@ def ray_idle_workers(workers: Sequence[WorkerView], now: float, timeout: float =
 class RayIdleScaler:
     idle_timeout: float = RAY_IDLE_TIMEOUT_S
     name: str = "ray-idle"
-    reads_utilization: ClassVar[bool] = False  # Ray's view: a task or actor on a worker, not its GPU
+
+    @property
+    def reads_utilization(self) -> bool:
+        return False  # Ray's view: a task or actor on a worker, not its GPU
 
     def decide(self, view: GroupView) -> ScaleAction:
         ready = [w for w in view.workers if w.ready]
@@ -217,7 +229,10 @@ class RayIdleScaler:
 class StaticScaler:
     replicas: int
     name: str = "static"
-    reads_utilization: ClassVar[bool] = False
+
+    @property
+    def reads_utilization(self) -> bool:
+        return False
 
     def decide(self, view: GroupView) -> ScaleAction:
         return ScaleAction(clamp(self.replicas, view.min_replicas, view.max_replicas), reason="static")

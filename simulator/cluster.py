@@ -52,8 +52,9 @@ class SimCluster:
         self._free: dict[str, int] = {n.name: n.gpus for n in self.nodes}
         self._allocated = 0  # GPUs owned by a pod (== sum of len(pod_gpus values))
         self.version = 0  # bumped on every change to any node (simulator/fleet.py caches by it; SnapshotBuilder uses watchers)
-        # each snapshot builder's set of nodes changed since it last built its node map (it empties its own)
-        self.watchers: weakref.WeakKeyDictionary[object, set[str]] = weakref.WeakKeyDictionary()
+        # each snapshot builder's set of nodes changed since it last built its node map (it empties its
+        # own), by the set's id: held weakly, an entry goes with its builder (``watch``)
+        self.watchers: weakref.WeakValueDictionary[int, set[str]] = weakref.WeakValueDictionary()
 
     # ---------------------------------------------------------------------------- accounting
     @property
@@ -167,6 +168,11 @@ class SimCluster:
         if node.owner[index] is None:
             self._free[node.name] += 1
         self._touch(node)
+
+    def watch(self, changed: set[str]) -> None:
+        """From now on every node that changes is added to ``changed`` (the caller empties it), while
+        the caller holds it."""
+        self.watchers[id(changed)] = changed
 
     def _touch(self, node: SimNode) -> None:
         node.version += 1

@@ -12,6 +12,7 @@ snapshots.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 
 from autoscaler.core.snapshot import (
     AUTOSCALE_ANNOTATION,
@@ -143,7 +144,7 @@ class SnapshotBuilder:
         self._node_map: Mapping[str, NodeState] | None = None
         self._node_states: dict[str, NodeState] = {}
         self._changed: set[str] = set()  # nodes changed since the node map was built
-        cluster.watchers[self] = self._changed
+        cluster.watch(self._changed)
         self._cq_map: tuple[tuple[object, ...], Mapping[str, ClusterQueueState]] | None = None
         self._cq_moves = -1  # Kueue's usage_moves when the map was last looked at
         self._ray_workers: dict[str, WorkerViews[RayWorker]] = {}  # RayCluster -> its workers' views, by change
@@ -155,7 +156,7 @@ class SnapshotBuilder:
             f: FlavorState(f, frozen_map({FLAVOR_LABEL: f}), tuple(n.name for n in nodes))
             for f, nodes in cluster.flavors.items()
         })
-        self._checks = frozen_map()
+        self._checks: Mapping[str, AdmissionCheckObj] = frozen_map()
         self._checks_key: tuple[tuple[str, bool], ...] | None = None
         self._checks_version = 0
         self._local_queues = frozen_map({
@@ -287,7 +288,7 @@ class SnapshotBuilder:
         ready/busy state did not flip (``WorkerViews``)."""
         views = self._ray_workers.get(rc.name)
         if views is None:
-            views = self._ray_workers[rc.name] = WorkerViews(rc, lambda w, t: self._worker(rc, w, t))
+            views = self._ray_workers[rc.name] = WorkerViews(rc, partial(self._worker, rc))
         return views.at(now)
 
     def ray_state(self, rc: SimRayCluster, now: float) -> RayClusterState:
