@@ -37,6 +37,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+# the worker processes are the parallelism (--jobs): numpy's BLAS threads (numpy is only asked for
+# percentiles here) would spin beside them on the same cores
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]

@@ -251,15 +251,23 @@ class GroupHistory:
 
     def but(self, *, recommendations: tuple[tuple[float, int], ...] | None = None,
             scale_events: tuple[tuple[float, int], ...] | None = None, reclaims: tuple[float, ...] | None = None,
-            steady: SteadyHold | None = None) -> GroupHistory:
+            steady: SteadyHold | None = None, idle_since: Mapping[str, float] | None = None) -> GroupHistory:
         """``replace(self, ...)`` for the fields a pass changes at every decision (None: kept), built
         directly: every pass prunes each group's history and records a recommendation in it."""
         return GroupHistory(
             recommendations=self.recommendations if recommendations is None else recommendations,
             scale_events=self.scale_events if scale_events is None else scale_events,
-            idle_since=self.idle_since, user_max=self.user_max, written_max=self.written_max,
-            last_launch=self.last_launch, reclaims=self.reclaims if reclaims is None else reclaims,
+            idle_since=self.idle_since if idle_since is None else idle_since, user_max=self.user_max,
+            written_max=self.written_max, last_launch=self.last_launch,
+            reclaims=self.reclaims if reclaims is None else reclaims,
             steady=self.steady if steady is None else steady)
+
+    def with_steady(self, steady: SteadyHold | None) -> GroupHistory:
+        """``replace(self, steady=steady)``, None included, built directly (every decided pass sets it)."""
+        return GroupHistory(
+            recommendations=self.recommendations, scale_events=self.scale_events, idle_since=self.idle_since,
+            user_max=self.user_max, written_max=self.written_max, last_launch=self.last_launch,
+            reclaims=self.reclaims, steady=steady)
 
     def reclaims_in_period(self, now: float) -> int:
         """Workers reclaimed in this group during the last hour (the budget's period)."""
@@ -995,7 +1003,7 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
         h = h.seeing_max(case.group.max_replicas)
     guard = _guards(case)
     if guard.reason:
-        return case.hold(guard), replace(h, steady=None) if h.steady is not None else h
+        return case.hold(guard), h.with_steady(None) if h.steady is not None else h
     fresh = _signal_freshness(case)
     if fresh.reason:  # (a steady hold is the last pass's decision only: not after this one)
         return case.hold(fresh, may_clear=True), (replace(h, idle_since=frozen_map(), steady=None)
@@ -1018,12 +1026,12 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
     final, why, more = _down_after_up(case, ws, final)
     if why:
         reason, msg = why, f"{msg}; {more}"
-    h = replace(h, idle_since=ws.idle_since, recommendations=(*h.recommendations, (case.now, raw)))
+    h = h.but(idle_since=ws.idle_since, recommendations=(*h.recommendations, (case.now, raw)))
     write = _write_max if case.in_tree else _write_replicas
     d, h = write(case, ws, h, final, reason, msg, infeasible)
     steady = _steady_hold(case, ws, raw, d)
     if steady is not None or h.steady is not None:
-        h = replace(h, steady=steady)
+        h = h.with_steady(steady)
     return d, h
 
 

@@ -354,8 +354,16 @@ def _candidate(wl: WorkloadState) -> bool:
     return wl.admitted and wl.active and not wl.finished and not wl.evicted and wl.gpu_demand > 0
 
 
+_UTC: dict[float, str] = {}  # the last times formatted (a stall's start is formatted at every pass)
+
+
 def _utc(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    text = _UTC.get(t)
+    if text is None:
+        if len(_UTC) >= 4096:
+            _UTC.clear()
+        text = _UTC[t] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    return text
 
 
 def _sources(gpus: Sequence[GpuState]) -> str:
@@ -398,7 +406,8 @@ def decide_stalls(
         deactivate_at = track.since + config.deactivate_after_seconds if opted_in else None
         # report at the window, act at the delay: a stall that ends before it is never deactivated
         deactivate = opted_in and not track.deactivated and stalled_for >= config.deactivate_after_seconds
-        track = replace(track, reported=True, deactivated=track.deactivated or deactivate)
+        if not track.reported or (deactivate and not track.deactivated):  # (a new record only when it moved)
+            track = StallTrack(track.since, track.admitted_at, True, track.deactivated or deactivate)
         tracks[wl.key] = track
         source = _sources(gpus)
         use = f"GPU {source}" if source else "GPU utilization"
