@@ -36,8 +36,8 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # plus the worker-cap sweep: 154 runs, one table per model and failure rate and a summary
     # (`policy.py --plan` estimates its wall time from a run's costs; measured whole on 2026-12-04 at
     # 79088d9: 40.0 min on 2 cores interpreted; 2026-12-05 at 301e8c4 on the mypyc build, a machine
-    # about 1.5x slower: 39.3 min; more or less as the machine's speed
-    # moves; docs/simulation.md, "Speed")
+    # about 1.5x slower: 39.3 min; 2026-12-06 at 9a096b4 on the 16-module build, the same machine:
+    # 36.4 min; more or less as the machine's speed moves; docs/simulation.md, "Speed")
     ("policy quality, the whole matrix (simulator)", "policy.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
