@@ -334,6 +334,10 @@ def test_the_memo_gives_what_the_decision_gives_without_it_as_the_snapshot_moves
     steps.append(("a Ray worker pod joined (the same node map)", s4, "team-a/ray-w"))
     s5 = later(s4, workloads=frozen_map({w.key: w for w in [job("trainer", gpus=1), rc_owner]}))
     steps.append(("the Workloads map rebuilt, equal owners", s5, None))
+    s6 = later(s5, nodes=frozen_map({"n0": s5.nodes["n0"]}))
+    steps.append(("a node went away (its GPUs with it)", s6, "team-a/ray-w"))
+    s7 = later(s6, nodes=s5.nodes)
+    steps.append(("the node is back", s7, "team-a/ray-w"))
 
     memo = StallMemo()
     hist_memo: dict = {}
@@ -351,4 +355,4 @@ def test_the_memo_gives_what_the_decision_gives_without_it_as_the_snapshot_moves
         if moved is not None:
             assert before is not None and before.get(moved) != plain_gpus.get(moved), what
         before = plain_gpus
-    assert any(r.stalled for r in [decide_stalls(s5, C, hist, s5.taken_at + W)])  # (stalls were judged)
+    assert any(r.stalled for r in [decide_stalls(s7, C, hist, s7.taken_at + W)])  # (stalls were judged)

@@ -294,9 +294,11 @@ class StallMemo:
     passes: a memo, every answer is the same without it.  A snapshot hands out the very same
     immutable maps and node states while nothing in them moved, so "the same" is identity: the
     candidates are looked for again only when the Workloads map is another; a node's pods are
-    attributed again only when its ``NodeState`` is another or the owners changed (the candidates'
-    job names and keys, the Ray worker pods and whose they are); and the whole attribution is the
-    last one while the node map is the same and the owners did not change."""
+    attributed again only when its ``NodeState`` is another or the owners changed in a namespace
+    one of its pods is in (the candidates' job names and keys, the Ray worker pods and whose they
+    are: a pod is only ever attributed within its namespace); and each workload's GPUs are kept by
+    node and updated by the nodes attributed again, with the count of its GPUs not under the
+    threshold, so a pass looks at the nodes that moved, not at every GPU."""
 
     def __init__(self) -> None:
         self._workloads: Mapping[str, WorkloadState] | None = None
@@ -306,10 +308,14 @@ class StallMemo:
         self._by_owner: dict[tuple[str, str, str], WorkloadState] = {}
         self._by_name: dict[tuple[str, str], WorkloadState] = {}
         self._name_keys: dict[tuple[str, str], str] = {}
-        self._owners: object = None
+        self._ray_pods: _RayPods | None = None
         self._nodes: Mapping[str, NodeState] | None = None
-        self._parts: dict[str, tuple[NodeState, _Found]] = {}
-        self._out: dict[str, list[GpuState]] = {}
+        self._limit: float | None = None
+        # node -> (its state when attributed, its GPUs by workload key, the namespaces of its pods)
+        self._parts: dict[str, tuple[NodeState, dict[str, tuple[GpuState, ...]], frozenset[str]]] = {}
+        self._by_node: dict[str, dict[str, tuple[GpuState, ...]]] = {}  # workload key -> node -> its GPUs
+        self._busy: dict[str, int] = {}  # workload key -> its GPUs not known to be under the threshold
+        self._out: dict[str, list[GpuState]] | None = None  # ``gpus``' answer, while nothing moved
 
     def candidates(self, workloads: Mapping[str, WorkloadState]) -> tuple[list[WorkloadState], dict[str, WorkloadState]]:
         """The workloads that may stall (``_candidate``), and the same by key."""
@@ -321,33 +327,89 @@ class StallMemo:
 
     def gpus(self, snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]) -> dict[str, list[GpuState]]:
         """``workload_gpus(snapshot, candidates)``, from what is unchanged since the last pass."""
+        self._update(snapshot, candidates, self._limit)
+        if self._out is None:
+            self._out = {key: self._gpus_of(key) for key in sorted(self._by_node)}
+        return self._out
+
+    def idle(self, snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState],
+             limit: float) -> list[tuple[str, list[GpuState]]]:
+        """(key, GPUs) of each candidate whose attributed GPUs all have a utilization under ``limit``, by
+        key: ``workload_gpus``' entries that pass that test."""
+        self._update(snapshot, candidates, limit)
+        busy = self._busy
+        return [(key, self._gpus_of(key)) for key in sorted(k for k, n in busy.items() if n == 0)]
+
+    def _gpus_of(self, key: str) -> list[GpuState]:
+        """The key's GPUs in node and GPU order (as ``workload_gpus`` lists them)."""
+        nodes = self._by_node[key]
+        return [g for name in sorted(nodes) for g in nodes[name]]
+
+    def _update(self, snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState], limit: float | None) -> None:
+        name_keys = self._name_keys
         if candidates is not self._owners_of:
             self._owners_of = candidates
             self._by_owner, self._by_name = _owners(candidates)
-            self._name_keys = {k: w.key for k, w in self._by_name.items()}
+            name_keys = {k: w.key for k, w in self._by_name.items()}
         ray_pods = _ray_pods(snapshot, self._by_owner)
-        owners = (self._name_keys, ray_pods)
         nodes = snapshot.nodes
-        if owners != self._owners:
-            self._owners, self._parts = owners, {}
-        elif nodes is self._nodes:
-            return self._out
-        parts = self._parts
-        if len(parts) > 2 * len(nodes):  # (nodes that went away)
-            parts = self._parts = {n: v for n, v in parts.items() if n in nodes}
-        out: dict[str, list[GpuState]] = {}
-        for name in sorted(nodes):
-            node = nodes[name]
-            hit = parts.get(name)
-            if hit is not None and hit[0] is node:
-                found = hit[1]
+        moved: set[str] = set()  # namespaces whose owners changed
+        if name_keys is not self._name_keys:
+            if name_keys != self._name_keys:
+                moved.update(k[0] for k, _ in name_keys.items() ^ self._name_keys.items())
+            self._name_keys = name_keys
+        old_pods = self._ray_pods
+        if ray_pods != old_pods:
+            if old_pods is None:
+                self._parts, self._by_node, self._busy, self._out = {}, {}, {}, None
             else:
-                found = _attributed(node, self._by_name, ray_pods)
-                parts[name] = (node, found)
-            for key, gpus in found:
-                out.setdefault(key, []).extend(gpus)
-        self._nodes, self._out = nodes, out
-        return out
+                moved.update(ns for ns in ray_pods.keys() | old_pods.keys() if ray_pods.get(ns) != old_pods.get(ns))
+        self._ray_pods = ray_pods
+        if limit != self._limit:  # (the threshold is the config's: the same at every pass)
+            self._limit = limit
+            self._busy = {key: sum(_count_busy(gs, limit) for gs in by.values()) for key, by in self._by_node.items()}
+        if not moved and nodes is self._nodes:
+            return
+        parts = self._parts
+        for name, node in nodes.items():
+            hit = parts.get(name)
+            if hit is not None and hit[0] is node and not (moved and moved & hit[2]):
+                continue
+            if hit is not None:
+                self._drop(name, hit[1])
+            found: dict[str, tuple[GpuState, ...]] = {}
+            for key, gs in _attributed(node, self._by_name, ray_pods):
+                found[key] = found[key] + gs if key in found else gs
+            parts[name] = (node, found, frozenset(p.namespace for p, _ in node.gpus_by_pod))
+            by_node, busy = self._by_node, self._busy
+            for key, gs in found.items():
+                by_node.setdefault(key, {})[name] = gs
+                busy[key] = busy.get(key, 0) + _count_busy(gs, self._limit)
+            self._out = None
+        if len(parts) > len(nodes):  # nodes that went away
+            for name in [n for n in parts if n not in nodes]:
+                self._drop(name, parts.pop(name)[1])
+        self._nodes = nodes
+
+    def _drop(self, name: str, found: Mapping[str, tuple[GpuState, ...]]) -> None:
+        """Take a node's last attribution out of the workloads' GPUs."""
+        by_node, busy = self._by_node, self._busy
+        for key, gs in found.items():
+            mine = by_node[key]
+            del mine[name]
+            if mine:
+                busy[key] -= _count_busy(gs, self._limit)
+            else:
+                del by_node[key]
+                del busy[key]
+        self._out = None
+
+
+def _count_busy(gpus: Sequence[GpuState], limit: float | None) -> int:
+    """The GPUs not known to be under ``limit`` (all of them when there is no limit yet)."""
+    if limit is None:
+        return len(gpus)
+    return sum(1 for g in gpus if g.utilization is None or not g.utilization < limit)
 
 
 def _candidate(wl: WorkloadState) -> bool:
@@ -386,14 +448,17 @@ def decide_stalls(
     else:
         candidates = [w for w in snapshot.workloads.values() if _candidate(w)]
         by_key = {w.key: w for w in candidates}
-    gpus_of = workload_gpus(snapshot, candidates, memo)
+    limit = config.gpu_utilization
+    # a candidate no GPU is attributed to is not stalled; one busy or unknown GPU: not stalled (timer reset)
+    if memo is not None:
+        idle = memo.idle(snapshot, candidates, limit)
+    else:
+        gpus_of = workload_gpus(snapshot, candidates)
+        idle = [(key, gpus_of[key]) for key in sorted(gpus_of)
+                if all(g.utilization is not None and g.utilization < limit for g in gpus_of[key])]
     tracks: dict[str, StallTrack] = {}
     stalled: list[StalledWorkload] = []
-    limit = config.gpu_utilization
-    for key in sorted(gpus_of):  # a candidate no GPU is attributed to is not stalled
-        gpus = gpus_of[key]
-        if not all(g.utilization is not None and g.utilization < limit for g in gpus):
-            continue  # one busy or unknown: not stalled (timer reset)
+    for key, gpus in idle:
         wl = by_key[key]
         old = history.get(wl.key)
         track = old if old is not None and old.admitted_at == wl.admitted_at else StallTrack(now, wl.admitted_at)
