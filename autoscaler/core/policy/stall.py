@@ -454,8 +454,7 @@ def decide_stalls(
         idle = memo.idle(snapshot, candidates, limit)
     else:
         gpus_of = workload_gpus(snapshot, candidates)
-        idle = [(key, gpus_of[key]) for key in sorted(gpus_of)
-                if all(g.utilization is not None and g.utilization < limit for g in gpus_of[key])]
+        idle = [(key, gpus_of[key]) for key in sorted(gpus_of) if _count_busy(gpus_of[key], limit) == 0]
     tracks: dict[str, StallTrack] = {}
     stalled: list[StalledWorkload] = []
     for key, gpus in idle:
