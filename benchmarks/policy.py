@@ -10,11 +10,11 @@ page and the matrix plot from it) and PNGs (wait CDF, idle GPU-hours and timelin
 seed-1 run at the first failure rate; controllable idle per policy per model with seed error bars).
 Numbers are reported, never asserted.
 
-    .venv/bin/python benchmarks/policy.py                 # the full matrix (`make bench`)
-    .venv/bin/python benchmarks/policy.py --quick         # 168 h, seed 1, rate 0.01 -> policy-quick.*
-    .venv/bin/python benchmarks/policy.py --models grounded --seeds 1 --rates 0.01 --policies queuepilot,ray-idle
-    .venv/bin/python benchmarks/policy.py --render-only   # policy.json -> policy.md + matrix PNG
-    .venv/bin/python benchmarks/policy.py --merge a.json,b.json   # several runs' records -> policy.json + policy.md
+    .venv-bench/bin/python benchmarks/policy.py                 # the full matrix (`make bench`)
+    .venv-bench/bin/python benchmarks/policy.py --quick         # 168 h, seed 1, rate 0.01 -> policy-quick.*
+    .venv-bench/bin/python benchmarks/policy.py --models grounded --seeds 1 --rates 0.01 --policies queuepilot,ray-idle
+    .venv-bench/bin/python benchmarks/policy.py --render-only   # policy.json -> policy.md + matrix PNG
+    .venv-bench/bin/python benchmarks/policy.py --merge a.json,b.json   # several runs' records -> policy.json + policy.md
 """
 
 from __future__ import annotations
@@ -64,6 +64,13 @@ BASELINE = "ray-idle"  # Ray's own autoscaler: what every target is measured aga
 DEFAULT_CAP = SimConfig().ray_max_quota_factor
 CLASSES = ("ray_task", "workload")
 IDLE_CLASSES = ("empty", "starting", "idle_actor", "stalled", "in_job")
+
+
+def _python_cmd() -> str:
+    """The interpreter as a reader would type it: relative to the checkout where it lies there
+    (``.venv-bench/bin/python`` under ``make bench``), else its path."""
+    rel = os.path.relpath(sys.executable, REPO)
+    return sys.executable if rel.startswith("..") else rel
 
 
 # ----------------------------------------------------------------------------------- the matrix
@@ -1128,7 +1135,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.merge:
         try:
             data = merge([(Path(f).name, json.loads(Path(f).read_text())) for f in args.merge],
-                         " ".join([".venv/bin/python benchmarks/policy.py", *argv]))
+                         " ".join([f"{_python_cmd()} benchmarks/policy.py", *argv]))
         except (OSError, ValueError, KeyError) as e:
             raise SystemExit(f"policy.py --merge: {e}") from None
         reference_plots_from(Path(args.merge[0]), out, name)
@@ -1198,7 +1205,7 @@ def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str,
     records.sort(key=lambda r: order[Task(r["model"], r["seed"], r["rate"], r["policy"], r["stall_reclaim"],
                                           r["cap"])])
     meta = {
-        "command": " ".join([".venv/bin/python benchmarks/policy.py", *argv]), "make_bench": not argv,
+        "command": " ".join([f"{_python_cmd()} benchmarks/policy.py", *argv]), "make_bench": not argv,
         "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "commit": commit,
         "dirty": dirty, "machine": _machine(), "build": describe(BUILD),
         "cores": os.cpu_count(), "processes": args.jobs, "wall_s": round(wall, 1),

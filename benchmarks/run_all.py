@@ -37,7 +37,8 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # (`policy.py --plan` estimates its wall time from a run's costs; measured whole on 2026-12-04 at
     # 79088d9: 40.0 min on 2 cores interpreted; 2026-12-05 at 301e8c4 on the mypyc build, a machine
     # about 1.5x slower: 39.3 min; 2026-12-06 at 9a096b4 on the 16-module build, the same machine:
-    # 36.4 min, at 377ef68 37.4 min (a slower hour); more or less as the machine's speed moves;
+    # 36.4 min, at 377ef68 37.4 min (a slower hour); at 2698b70 in .venv-bench (Debian's python3.11)
+    # 34.2 and 28.3 min in two runs the same morning; more or less as the machine's speed moves;
     # docs/simulation.md, "Speed")
     ("policy quality, the whole matrix (simulator)", "policy.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
