@@ -180,12 +180,13 @@ class _BuildFinder(importlib.abc.MetaPathFinder):
 
 
 def _current(path: Path) -> dict[str, object] | None:
-    """The build at ``path`` where it matches the checkout and compiled ``MODULES``; else None."""
+    """The build at ``path`` where it matches the checkout, compiled ``MODULES`` and was built by this
+    interpreter (``make compiled`` builds again for the bench venv's); else None."""
     try:
         stamp = check(path)
     except StaleBuild:
         return None
-    return stamp if stamp.get("modules") == list(MODULES) else None
+    return stamp if stamp.get("modules") == list(MODULES) and stamp.get("interpreter") == interpreter() else None
 
 
 def selected() -> dict[str, object] | None:

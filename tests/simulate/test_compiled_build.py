@@ -100,6 +100,18 @@ def _fake_build(path: Path, **changes: object) -> Path:
     return path
 
 
+def test_make_compiled_builds_again_for_another_interpreter(tmp_path: Path) -> None:
+    """A build from this checkout is up to date only for the interpreter that built it (``make compiled``
+    runs in the bench venv, whose interpreter may not be the one a build in place came from); a
+    benchmark may still run on it (``check``)."""
+    mine = _fake_build(tmp_path / "mine", interpreter=compiled.interpreter())
+    assert compiled._current(mine) is not None
+    other = _fake_build(tmp_path / "other", interpreter="CPython 3.11.0 (/elsewhere/python3.11)")
+    assert compiled._current(other) is None
+    assert compiled.check(other)["mypy"] == "x"
+    assert compiled._current(_fake_build(tmp_path / "older")) is None  # a stamp from before the key
+
+
 def test_a_build_from_other_sources_or_another_python_is_refused(tmp_path: Path) -> None:
     assert compiled.check(_fake_build(tmp_path / "ok"))["mypy"] == "x"
     with pytest.raises(compiled.StaleBuild, match="other sources"):
