@@ -36,27 +36,28 @@ help:
 	@echo "make image  - build the controller/exporter image (IMAGE=, TAG=; make image-push for multi-arch)"
 	@echo "make fetch-shared - fetch the pinned upstream CRDs and traces into .shared/ (outside this workplace)"
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,sim,report]'
+# $(call venv_install,INTERPRETER,VENV,EXTRAS): make VENV from INTERPRETER where it is missing, then
+# install the project (editable) with EXTRAS into it and touch the target's stamp
+define venv_install
+	@test -x $(2)/bin/python || $(1) -m venv $(2)
+	$(2)/bin/python -m pip install -q --upgrade pip
+	$(2)/bin/python -m pip install -q -e '.[$(3)]'
 	@touch $@
+endef
+ALL_EXTRAS := dev,sim,report
+
+$(STAMP): pyproject.toml
+	$(call venv_install,$(PYTHON),$(VENV),$(ALL_EXTRAS))
 
 venv: $(STAMP)
 
 # the demo needs the runtime and the simulator extra only (no test toolchain, no Ray)
 $(DEMO_STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[sim]'
-	@touch $@
+	$(call venv_install,$(PYTHON),$(VENV),sim)
 
 # (the bench virtualenv has every extra: make bench runs the controller and exporter benchmarks too)
 $(BENCH_STAMP): pyproject.toml
-	@test -x $(BENCH_PY) || $(BENCH_PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_PY) -m pip install -q --upgrade pip
-	$(BENCH_PY) -m pip install -q -e '.[dev,sim,report]'
-	@touch $@
+	$(call venv_install,$(BENCH_PYTHON),$(BENCH_VENV),$(ALL_EXTRAS))
 
 bench-venv: $(BENCH_STAMP)
 

@@ -370,7 +370,7 @@ class StallMemo:
             self._busy = {key: sum(_count_busy(gs, limit) for gs in by.values()) for key, by in self._by_node.items()}
         if not moved and nodes is self._nodes:
             return
-        parts = self._parts
+        parts, by_node, busy = self._parts, self._by_node, self._busy
         for name, node in nodes.items():
             hit = parts.get(name)
             if hit is not None and hit[0] is node and not (moved and moved & hit[2]):
@@ -381,7 +381,6 @@ class StallMemo:
             for key, gs in _attributed(node, self._by_name, ray_pods):
                 found[key] = found[key] + gs if key in found else gs
             parts[name] = (node, found, frozenset(p.namespace for p, _ in node.gpus_by_pod))
-            by_node, busy = self._by_node, self._busy
             for key, gs in found.items():
                 by_node.setdefault(key, {})[name] = gs
                 busy[key] = busy.get(key, 0) + _count_busy(gs, self._limit)
