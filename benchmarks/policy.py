@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import math
 import os
@@ -144,11 +145,26 @@ def _window(trace: str, start: str, hours: float, model: str, seed: int, max_gpu
     return _WINDOWS[key], time.perf_counter() - t0
 
 
+# the cyclic garbage collector during a run: a month's run makes some 170 young collections a week (2 %
+# of it, measured with gc.callbacks) that find next to nothing (the simulator keeps no reference cycles
+# of its own); what the run frees is freed by reference counting as before, numbers unchanged
+GC_THRESHOLD = (50_000, 20, 100)
+
+
+def _quiet_gc() -> None:
+    """Before a run: what lives now (the modules, the trace windows) is left out of every later
+    collection (``gc.freeze``), and young collections come 70x less often (``GC_THRESHOLD``)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 def run_task(task: Task, trace: str, start: str, hours: float, detail: bool) -> dict[str, Any]:
     """Run one task (in a pool worker); the record kept in policy.json, plus the series the plots need
     when ``detail`` (the reference run)."""
     cfg = sim_config(task)
     window, load_s = _window(trace, start, hours, task.model, task.seed, cfg.nodes * cfg.gpus_per_node)
+    _quiet_gc()
     t0, c0 = time.perf_counter(), time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, task.policy, cfg)
     eng.run()

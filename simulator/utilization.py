@@ -32,17 +32,17 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from autoscaler.core.frozen_init import quick_init
 
-STARTING = "starting"
-ACTIVE = "active"
-IN_JOB_IDLE = "in_job_idle"
-STALLED = "stalled"
+STARTING: Final = "starting"
+ACTIVE: Final = "active"
+IN_JOB_IDLE: Final = "in_job_idle"
+STALLED: Final = "stalled"
 PHASES: tuple[str, ...] = (STARTING, ACTIVE, IN_JOB_IDLE, STALLED)
 
-SEGMENT_S = 300.0  # a job's utilization is constant within a 5-minute segment of its run
+SEGMENT_S: Final = 300.0  # a job's utilization is constant within a 5-minute segment of its run
 
 # ------------------------------------------------------------------------------ scattered
 RAYJOB_IDLE_SHARE = 1 / 3  # share of a RayJob's segments at 0 %
@@ -61,10 +61,17 @@ def draw_tail(rng: random.Random, duration: float) -> float:
     return min(TAIL_MAX_S, rng.expovariate(1.0 / max(1.0, TAIL_MEAN_FACTOR * duration)))
 
 
+def mul32(a: int, c: int) -> int:
+    """``(a * c) & 0xFFFFFFFF`` for ``0 <= a, c < 2**32``, from two products under 2**48: the product
+    itself can pass 2**62, where the compiled simulator's integers (mypyc's tagged ints) stop being
+    machine words and every multiply allocates a Python int (benchmarks/compiled.py)."""
+    return (a * (c & 0xFFFF) + (((a * (c >> 16)) & 0xFFFF) << 16)) & 0xFFFFFFFF
+
+
 def scattered_idle(job_id: int, seg: int) -> bool:
     """Scattered: is segment ``seg`` of job ``job_id`` idle (the original hash, bit for bit)."""
     h = ((job_id * 2654435761) ^ (seg * 40503 + 0x9E3779B9)) & 0xFFFFFFFF
-    h = (h * 2246822519) & 0xFFFFFFFF
+    h = mul32(h, 2246822519)
     return (h / 4294967296.0) < RAYJOB_IDLE_SHARE
 
 
@@ -182,13 +189,15 @@ class PhasedProfile:
         # the segment's draw, a uniform in [0, 1) from (job key, segment): two rounds of
         # multiply-xorshift, 32 bits (written out here: the ledger asks it at every change)
         h = (self.key ^ (int(t // SEGMENT_S) * 0x9E3779B1)) & 0xFFFFFFFF
-        h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
-        h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
+        h = mul32(h ^ (h >> 16), 0x85EBCA6B)
+        h = mul32(h ^ (h >> 13), 0xC2B2AE35)
         u = (h ^ (h >> 16)) / 4294967296.0
-        if u < self.idle_p:
+        idle_p = self.idle_p
+        if u < idle_p:
             return IN_JOB_IDLE, 0.0, nxt
-        k = int((u - self.idle_p) / (1.0 - self.idle_p) * len(self.levels))
-        return ACTIVE, self.levels[min(k, len(self.levels) - 1)], nxt
+        levels = self.levels
+        k = int((u - idle_p) / (1.0 - idle_p) * len(levels))
+        return ACTIVE, levels[min(k, len(levels) - 1)], nxt
 
     def mean_util(self, t0: float, t1: float) -> float:
         """Time-mean of ``util_at`` over ``[t0, t1)`` (exact, segment by segment)."""
