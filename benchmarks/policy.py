@@ -48,6 +48,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks.compiled import describe, select_build  # noqa: E402
+from benchmarks.machine_speed import SpeedLog  # noqa: E402
+from benchmarks.machine_speed import describe as describe_speed  # noqa: E402
 
 # QUEUEPILOT_COMPILED names the compiled simulator (make compiled): the project's packages come from
 # there, selected before any project module is imported here (benchmarks/compiled.py)
@@ -205,8 +207,9 @@ def previous_costs(path: Path) -> dict[tuple[str, str], float]:
 
 def run_matrix(tasks: Sequence[Task], trace: str, start: str, hours: float, jobs: int,
                ref: tuple[str, int, float], previous: Mapping[tuple[str, str], float],
-               progress: bool = True) -> list[dict[str, Any]]:
-    """Run every task, longest expected first, on ``jobs`` processes, with a progress bar and ETA."""
+               progress: bool = True, speed: SpeedLog | None = None) -> list[dict[str, Any]]:
+    """Run every task, longest expected first, on ``jobs`` processes, with a progress bar and ETA;
+    ``speed``: probes of the machine's speed taken meanwhile (``benchmarks/machine_speed.py``)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -233,13 +236,18 @@ def run_matrix(tasks: Sequence[Task], trace: str, start: str, hours: float, jobs
 
         if jobs <= 1:
             for t in order:
+                if speed is not None:
+                    speed.maybe(time.monotonic())
                 done(run_task(t, trace, start, hours, is_reference(t, ref)), t)
             return records
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             pending: dict[Future[dict[str, Any]], Task] = {
                 pool.submit(_run_packed, (t, trace, start, hours, is_reference(t, ref))): t for t in order}
             while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                if speed is not None:
+                    speed.maybe(time.monotonic())
+                finished, _ = wait(pending, timeout=speed.every_s if speed is not None else None,
+                                   return_when=FIRST_COMPLETED)
                 for f in finished:
                     done(f.result(), pending.pop(f))
     return records
@@ -322,7 +330,8 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
         listed.append({"file": name, "commit": meta.get("commit", "?"), "date": meta.get("date", "?"),
                        "command": meta.get("command", "?"), "runs": len(data["runs"]),
                        "kept": sum(1 for n in origin.values() if n == name),
-                       "wall_s": meta.get("wall_s"), "processes": meta.get("processes")})
+                       "wall_s": meta.get("wall_s"), "processes": meta.get("processes"),
+                       "machine_speed": meta.get("machine_speed")})
     runs = sorted(by_key.values(), key=_matrix_order)
     metas = [d["meta"] for _, d in sources]
     meta = {
@@ -872,17 +881,20 @@ def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
             + f"(simulation only; trace loading {meta['load_s_sum']:,.0f} s more)")
     dirty = " with uncommitted changes in the working tree" if meta.get("dirty") else ""
     if "merged_from" not in meta:
+        speed = describe_speed(meta.get("machine_speed"))
         return [f"Generated {meta['date']} by `{meta['command']}`"
                 + (" (`make bench` runs it)" if meta.get("make_bench") else "") + f", git {meta['commit']}{dirty}.",
                 f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} worker processes"
                 + (f"; {meta['build']}" if meta.get("build") else "") + ". Wall time "
-                f"{meta['wall_s'] / 60:.1f} min for {n_runs} runs; {cost}."]
+                f"{meta['wall_s'] / 60:.1f} min for {n_runs} runs; {cost}." + (f" {speed}" if speed else "")]
     lines = [f"Merged {meta['date']} by `{meta['command']}` from {len(meta['merged_from'])} runs of this script over "
              f"the same window{dirty}: each run's numbers are those of the commit it ran at, and a run that more "
              "than one of them holds was checked to agree on every number both report (`merge` refuses otherwise). "
              "`make bench` runs the whole matrix in one go instead.", ""]
     for src in meta["merged_from"]:
         wall = f", {float(src['wall_s']) / 60:.1f} min wall on {src['processes']} processes" if src.get("wall_s") else ""
+        if src.get("machine_speed"):
+            wall += f" (machine speed: median probe {src['machine_speed']['median_ms']:.1f} ms)"
         lines.append(f"- `{src['file']}`: {src['kept']} of its {src['runs']} runs kept; git {src['commit']}, "
                      f"{src['date']}{wall}: `{src['command']}`")
     lines += ["", f"Machine: {meta['machine']}, {meta['cores']} cores" + (f"; {meta['build']}" if meta.get("build") else "")
@@ -1213,9 +1225,10 @@ def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str,
     print(f"{len(tasks)} runs on {args.jobs} processes ({hours:g} h each)", file=sys.stderr)
     commit = _git("rev-parse", "--short", "HEAD") or "?"  # what the runs ran: read before them
     dirty = bool(_git("status", "--porcelain", "--", "simulator", "autoscaler", "benchmarks/policy.py"))
+    speed = SpeedLog()
     t0 = time.perf_counter()
     records = run_matrix(tasks, args.trace, args.start, hours, args.jobs, ref, previous_costs(json_path),
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, speed=speed)
     wall = time.perf_counter() - t0
     order = {t: i for i, t in enumerate(tasks)}
     records.sort(key=lambda r: order[Task(r["model"], r["seed"], r["rate"], r["policy"], r["stall_reclaim"],
@@ -1230,7 +1243,7 @@ def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str,
         "load_s_sum": round(sum(r["load_s"] for r in records), 1),
         "trace": args.trace, "start": args.start, "hours": hours, "models": models, "seeds": seeds, "rates": rates,
         "policies": policies, "stall_models": stall_models, "caps": args.caps, "cap_policies": cap_policies,
-        "ref": list(ref), "quick": quick,
+        "ref": list(ref), "quick": quick, "machine_speed": speed.summary(),
     }
     return {"meta": meta, "runs": records}
 

@@ -1,0 +1,60 @@
+"""benchmarks/machine_speed.py: the probes of the machine's speed a benchmark takes while it runs, and
+the sentence the policy page prints of them (a page without probes, an older one, prints none)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import policy
+from benchmarks.machine_speed import SpeedLog, describe
+from tests.simulate.test_policy_merge import record, source
+
+WARM_UP = 9.9  # the first probe's value, dropped
+
+
+def _log(values: list[float], every_s: float = 20.0) -> SpeedLog:
+    it = iter([WARM_UP, *values])
+    return SpeedLog(every_s, probe=lambda: next(it))
+
+
+def test_a_probe_is_taken_at_the_first_call_after_a_dropped_one_then_at_most_every_interval() -> None:
+    log = _log([0.020, 0.030, 0.025])
+    for now in (100.0, 105.0, 119.9):
+        log.maybe(now)
+    assert log.samples == [0.020]
+    log.maybe(120.0)  # due: 20 s after the first
+    log.maybe(139.0)  # not yet: 20 s after the second is 140
+    log.maybe(500.0)  # late: taken once, not once per missed interval
+    assert log.samples == [0.020, 0.030, 0.025]
+
+
+def test_the_summary_is_in_milliseconds_and_none_without_probes() -> None:
+    assert _log([]).summary() is None
+    log = _log([0.010, 0.040, 0.020])
+    for now in (0.0, 20.0, 40.0):
+        log.maybe(now)
+    s = log.summary()
+    assert s is not None
+    assert (s["n"], s["median_ms"], s["min_ms"], s["max_ms"]) == (3, 20.0, 10.0, 40.0)
+    assert "median 20.0 ms over 3 probes (10.0-40.0)" in describe(s)
+    assert describe(None) == ""
+
+
+def test_a_non_positive_interval_is_refused() -> None:
+    with pytest.raises(ValueError, match="every_s"):
+        SpeedLog(0.0)
+
+
+def test_the_page_says_the_machine_speed_where_its_run_measured_it() -> None:
+    runs = [record("grounded", 1, 0.01, "ray-idle"), record("grounded", 1, 0.01, "queuepilot")]
+    speed = {"n": 70, "median_ms": 21.4, "min_ms": 18.0, "max_ms": 30.2, "probe_n": 30000}
+    measured = source("aaa", runs)
+    measured["meta"]["machine_speed"] = speed
+    page = policy.render(measured, None, "policy")
+    assert "Machine speed while it ran" in page and "median 21.4 ms over 70 probes (18.0-30.2)" in page
+    assert "Machine speed" not in policy.render(source("bbb", runs), None, "policy")  # an older page: none
+    other = source("ccc", [record("grounded", 2, 0.01, "ray-idle")])
+    merged = policy.render(policy.merge([("a.json", measured), ("c.json", other)], "merge"), None, "policy")
+    assert "- `a.json`: 2 of its 2 runs kept; git aaa, date of aaa, 1.0 min wall on 2 processes (machine speed: " \
+           "median probe 21.4 ms)" in merged
+    assert "- `c.json`: 1 of its 1 runs kept; git ccc, date of ccc, 1.0 min wall on 2 processes: " in merged
