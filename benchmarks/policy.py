@@ -147,9 +147,10 @@ def _window(trace: str, start: str, hours: float, model: str, seed: int, max_gpu
     return _WINDOWS[key], time.perf_counter() - t0
 
 
-# the cyclic garbage collector during a run: a month's run makes some 170 young collections a week (2 %
-# of it, measured with gc.callbacks) that find next to nothing (the simulator keeps no reference cycles
-# of its own); what the run frees is freed by reference counting as before, numbers unchanged
+# the cyclic garbage collector during a run: with the defaults a run makes some 170 collections per
+# simulated week (2 % of its time, measured with gc.callbacks) that find next to nothing (the simulator
+# keeps no reference cycles of its own); what a run frees is freed by reference counting as before, and
+# its numbers are the same (docs/simulation.md, "Speed", 2026-12-06 evening)
 GC_THRESHOLD = (50_000, 20, 100)
 
 
