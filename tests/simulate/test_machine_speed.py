@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks import policy
 from benchmarks.machine_speed import SpeedLog, describe
-from tests.simulate.test_policy_merge import record, source
+from tests.simulate.policy_records import record, source
 
 WARM_UP = 9.9  # the first probe's value, dropped
 

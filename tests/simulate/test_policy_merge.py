@@ -4,30 +4,11 @@ two sources hold must agree on every number both report, else the merge refuses.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from benchmarks import policy
-
-
-def record(model: str, seed: int, rate: float, pol: str, *, stall: bool = False, cap: float = policy.DEFAULT_CAP,
-           idle: float = 100.0, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "seed": seed, "rate": rate, "policy": pol, "stall_reclaim": stall, "cap": cap,
-            "label": policy.run_label(pol, stall), "secs": 10.0, "cpu_s": 9.0, "load_s": 1.0, "total_gpus": 896,
-            "summary": {"idle_gpu_hours_controllable": idle, **extra}}
-
-
-def source(commit: str, runs: list[dict[str, Any]], *, hours: float = 720.0, start: str = "2017-10-03",
-           wall_s: float = 60.0) -> dict[str, Any]:
-    return {"meta": {"commit": commit, "date": f"date of {commit}", "command": f"policy.py at {commit}",
-                     "trace": "/x/traces/philly-pollux/philly.csv", "start": start, "hours": hours,
-                     "machine": "m", "cores": 2, "processes": 2, "wall_s": wall_s, "dirty": False,
-                     "ref": ["grounded", 1, 0.01], "run_s_sum": 0.0, "load_s_sum": 0.0,
-                     # the axes as a run of the script writes them (a merge works out its own)
-                     "models": sorted({r["model"] for r in runs}), "seeds": sorted({r["seed"] for r in runs}),
-                     "rates": sorted({r["rate"] for r in runs}), "policies": sorted({r["policy"] for r in runs}),
-                     "stall_models": []}, "runs": runs}
+from tests.simulate.policy_records import record, source
 
 
 def test_disjoint_sources_give_their_union_with_each_runs_commit() -> None:
