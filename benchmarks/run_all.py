@@ -39,7 +39,7 @@ BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # about 1.5x slower: 39.3 min; 2026-12-06 at 9a096b4 on the 16-module build, the same machine:
     # 36.4 min, at 377ef68 37.4 min (a slower hour); at 2698b70 in .venv-bench (Debian's python3.11)
     # 34.2 and 28.3 min in two runs the same morning; at 5b191ab and faf273b that afternoon 22.4 and
-    # 21.9 min, at ef9e59a that evening 19.4 and 21.0 min; more or less as the machine's speed moves,
+    # 21.9 min, at ef9e59a that evening 19.4, 21.0 and 21.4 min; more or less as the machine's speed moves,
     # which the page reports beside its wall time: docs/simulation.md, "Speed")
     ("policy quality, the whole matrix (simulator)", "policy.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
