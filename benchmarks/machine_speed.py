@@ -11,7 +11,8 @@ it waited for one beside the workers), and the page reports the median of those 
 wall time. The probe costs some 30 ms every 20 s (0.15 % of a core).
 
 The clock is passed in (``SpeedLog.maybe(now)``), and the probe is a parameter, so the log is tested
-without timing anything.
+without timing anything. ``margin`` says at which probe median a run would have taken a given time
+(the whole matrix's page: its 30-minute target), its wall time taken to move with the median.
 """
 
 from __future__ import annotations
@@ -75,6 +76,18 @@ class SpeedLog:
         ms = [s * 1000.0 for s in self.samples]
         return {"n": len(ms), "median_ms": round(statistics.median(ms), 2), "min_ms": round(min(ms), 2),
                 "max_ms": round(max(ms), 2), "probe_n": PROBE_N}
+
+
+def margin(wall_s: float, speed: Mapping[str, Any] | None, limit_min: float) -> str:
+    """One clause: the probe median at which a run like this one would take ``limit_min`` minutes, if its
+    wall time moves with the median (as the whole matrix's did: 0.95-1.01 min per ms over four runs,
+    docs/simulation.md "Speed"), and how many times this run's median that is; empty without a probe."""
+    if not speed or wall_s <= 0 or float(speed["median_ms"]) <= 0:
+        return ""
+    median = float(speed["median_ms"])
+    at = limit_min * 60.0 / wall_s * median
+    return (f"this run would take {limit_min:g} minutes at a probe median of {at:.1f} ms ({at / median:.2f}x this "
+            "run's), its wall time taken to move with the median.")
 
 
 def describe(speed: Mapping[str, Any] | None) -> str:

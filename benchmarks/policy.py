@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.compiled import describe, select_build  # noqa: E402
 from benchmarks.machine_speed import SpeedLog  # noqa: E402
 from benchmarks.machine_speed import describe as describe_speed  # noqa: E402
+from benchmarks.machine_speed import margin as speed_margin  # noqa: E402
 
 # QUEUEPILOT_COMPILED names the compiled simulator (make compiled): the project's packages come from
 # there, selected before any project module is imported here (benchmarks/compiled.py)
@@ -875,6 +876,16 @@ def budget_section(sweep: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> 
     return lines
 
 
+MATRIX_TARGET_MIN = 30.0  # #11: the whole matrix, as `make bench` runs it, within 30 minutes on 2 cores
+
+
+def whole_matrix(meta: Mapping[str, Any]) -> bool:
+    """Whether a run's axes are the whole matrix's (``policy.py`` without flags): what the target is about."""
+    ax = axes(build_parser().parse_args([]))
+    whole = {**ax, "caps": build_parser().get_default("caps")}
+    return not meta.get("quick") and all(meta.get(k) == v for k, v in whole.items())
+
+
 def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
     """Who made the page: the command and commit of one run of this script, or each source of a merge."""
     cost = (f"summed run seconds {meta['run_s_sum']:,.0f} s "
@@ -883,6 +894,9 @@ def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
     dirty = " with uncommitted changes in the working tree" if meta.get("dirty") else ""
     if "merged_from" not in meta:
         speed = describe_speed(meta.get("machine_speed"))
+        margin = speed_margin(float(meta["wall_s"]), meta.get("machine_speed"), MATRIX_TARGET_MIN)
+        if speed and margin and whole_matrix(meta):  # the whole matrix's target (#11): the margin to it
+            speed += f" The whole matrix's target is {MATRIX_TARGET_MIN:g} minutes on 2 cores: {margin}"
         return [f"Generated {meta['date']} by `{meta['command']}`"
                 + (" (`make bench` runs it)" if meta.get("make_bench") else "") + f", git {meta['commit']}{dirty}.",
                 f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} worker processes"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import policy
-from benchmarks.machine_speed import SpeedLog, describe
+from benchmarks.machine_speed import SpeedLog, describe, margin
 from tests.simulate.policy_records import record, source
 
 WARM_UP = 9.9  # the first probe's value, dropped
@@ -58,3 +58,29 @@ def test_the_page_says_the_machine_speed_where_its_run_measured_it() -> None:
     assert "- `a.json`: 2 of its 2 runs kept; git aaa, date of aaa, 1.0 min wall on 2 processes (machine speed: " \
            "median probe 21.4 ms)" in merged
     assert "- `c.json`: 1 of its 1 runs kept; git ccc, date of ccc, 1.0 min wall on 2 processes: " in merged
+
+
+def _speed(median_ms: float) -> dict[str, float]:
+    return {"n": 50, "median_ms": median_ms, "min_ms": median_ms - 1.0, "max_ms": median_ms + 9.0, "probe_n": 30000}
+
+
+def test_the_margin_is_the_probe_median_at_which_the_run_would_take_the_limit() -> None:
+    # 15 min at 20 ms: 30 min at twice the median; 30 min at 20 ms: the limit itself
+    assert "30 minutes at a probe median of 40.0 ms (2.00x this run's)" in margin(900.0, _speed(20.0), 30.0)
+    assert "at a probe median of 20.0 ms (1.00x this run's)" in margin(1800.0, _speed(20.0), 30.0)
+    assert margin(900.0, None, 30.0) == "" and margin(0.0, _speed(20.0), 30.0) == ""
+    assert margin(900.0, _speed(0.0), 30.0) == ""
+
+
+def test_only_a_whole_matrix_page_says_its_margin_to_the_30_minute_target() -> None:
+    runs = [record("grounded", 1, 0.01, "ray-idle"), record("grounded", 1, 0.01, "queuepilot")]
+    whole = source("aaa", runs, wall_s=1260.0)  # 21 min at a median of 21 ms
+    whole["meta"].update(policy.axes(policy.build_parser().parse_args([])), caps=[1.0, 2.0, 4.0], quick=False,
+                         machine_speed=_speed(21.0))
+    target = ("The whole matrix's target is 30 minutes on 2 cores: this run would take 30 minutes at a probe "
+              "median of 30.0 ms (1.43x this run's)")
+    assert target in policy.render(whole, None, "policy")
+    for change in ({"models": ["grounded"]}, {"seeds": [1]}, {"quick": True}, {"caps": []}, {"hours": 168.0}):
+        part = {"meta": {**whole["meta"], **change}, "runs": runs}
+        page = policy.render(part, None, "policy")
+        assert "Machine speed while it ran" in page and "target is 30 minutes" not in page, change
