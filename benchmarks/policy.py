@@ -881,8 +881,8 @@ MATRIX_TARGET_MIN = 30.0  # #11: the whole matrix, as `make bench` runs it, with
 
 def whole_matrix(meta: Mapping[str, Any]) -> bool:
     """Whether a run's axes are the whole matrix's (``policy.py`` without flags): what the target is about."""
-    ax = axes(build_parser().parse_args([]))
-    whole = {**ax, "caps": build_parser().get_default("caps")}
+    defaults = build_parser().parse_args([])
+    whole = {**axes(defaults), "caps": defaults.caps}
     return not meta.get("quick") and all(meta.get(k) == v for k, v in whole.items())
 
 
