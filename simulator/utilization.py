@@ -34,8 +34,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from autoscaler.core.frozen_init import quick_init
-
 STARTING: Final = "starting"
 ACTIVE: Final = "active"
 IN_JOB_IDLE: Final = "in_job_idle"
@@ -61,17 +59,10 @@ def draw_tail(rng: random.Random, duration: float) -> float:
     return min(TAIL_MAX_S, rng.expovariate(1.0 / max(1.0, TAIL_MEAN_FACTOR * duration)))
 
 
-def mul32(a: int, c: int) -> int:
-    """``(a * c) & 0xFFFFFFFF`` for ``0 <= a, c < 2**32``, from two products under 2**48: the product
-    itself can pass 2**62, where the compiled simulator's integers (mypyc's tagged ints) stop being
-    machine words and every multiply allocates a Python int (benchmarks/compiled.py)."""
-    return (a * (c & 0xFFFF) + (((a * (c >> 16)) & 0xFFFF) << 16)) & 0xFFFFFFFF
-
-
 def scattered_idle(job_id: int, seg: int) -> bool:
     """Scattered: is segment ``seg`` of job ``job_id`` idle (the original hash, bit for bit)."""
     h = ((job_id * 2654435761) ^ (seg * 40503 + 0x9E3779B9)) & 0xFFFFFFFF
-    h = mul32(h, 2246822519)
+    h = (h * 2246822519) & 0xFFFFFFFF
     return (h / 4294967296.0) < RAYJOB_IDLE_SHARE
 
 
@@ -93,7 +84,6 @@ class Profile(Protocol):
         ...
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class JobUtil:
     """One job's draw.  ``work_s`` becomes ``Job.duration`` (a Ray task's busy time), ``idle_tail``
@@ -106,7 +96,6 @@ class JobUtil:
     profile: Profile
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ScatteredProfile:
     """The original model: constant ``level`` with segments idle by ``scattered_idle``; a Ray task's
@@ -148,7 +137,6 @@ class ScatteredProfile:
         return ACTIVE, self.level, nxt
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class PhasedProfile:
     """``[0, start_end)`` starting at ``start_util``; then 5-minute segments (counted from 0), each
@@ -189,8 +177,8 @@ class PhasedProfile:
         # the segment's draw, a uniform in [0, 1) from (job key, segment): two rounds of
         # multiply-xorshift, 32 bits (written out here: the ledger asks it at every change)
         h = (self.key ^ (int(t // SEGMENT_S) * 0x9E3779B1)) & 0xFFFFFFFF
-        h = mul32(h ^ (h >> 16), 0x85EBCA6B)
-        h = mul32(h ^ (h >> 13), 0xC2B2AE35)
+        h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
+        h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
         u = (h ^ (h >> 16)) / 4294967296.0
         idle_p = self.idle_p
         if u < idle_p:
@@ -234,7 +222,6 @@ class ScatteredModel:
         return JobUtil(util, duration, tail, ScatteredProfile(job_id, util, duration, tail))
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class PhasedParams:
     """Parameters of a phased model; docs/simulation.md gives each one's value and source."""
@@ -327,7 +314,6 @@ def get_model(name: str | UtilModel) -> UtilModel:
 
 
 # --------------------------------------------------------------------------- fleet samples
-@quick_init
 @dataclass(frozen=True, slots=True)
 class FleetSamples:
     """Per-GPU utilization samples of a fleet: one every ``step_s`` of each job's allocated time

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from autoscaler.core.frozen_init import quick_init
 from simulator.utilization import (
     DEFAULT_MODEL,
     SCATTERED,
@@ -134,7 +133,6 @@ class Job:
 
 
 # --------------------------------------------------------------------------------------- Philly
-@quick_init
 @dataclass(frozen=True, slots=True)
 class TraceWindow:
     jobs: tuple[Job, ...]
@@ -214,7 +212,6 @@ WEEKEND_FACTOR = 0.5
 BATCH_MEAN = 4.0  # geometric batch size (sweeps), CV >> 1
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class SyntheticParams:
     jobs_per_hour: float = 40.0  # mean over the week

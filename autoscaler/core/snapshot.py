@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeVar
 
-from autoscaler.core.frozen_init import quick_init
-
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
@@ -58,7 +56,6 @@ def _empty() -> Mapping[_K, _V]:
 
 
 # ------------------------------------------------------------------------------------------- signals
-@quick_init
 @dataclass(frozen=True, slots=True)
 class SignalStatus:
     """How fresh an input is. ``observed_at`` is None when the signal has never produced data."""
@@ -76,14 +73,12 @@ class SignalStatus:
 
 
 # -------------------------------------------------------------------------------------------- nodes
-@quick_init
 @dataclass(frozen=True, slots=True)
 class PodKey:
     namespace: str
     name: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class GpuState:
     """One physical GPU as the GPU signal (exporter series) reports it."""
@@ -101,7 +96,6 @@ class GpuState:
     pod: PodKey | None = None  # allocated to, per the exporter's PodResources attribution
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class NodeState:
     name: str
@@ -149,7 +143,6 @@ class NodeState:
         return max(0, self.gpu_allocatable - self.gpu_requested - self.unhealthy_unallocated_gpus)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class FlavorState:
     """A Kueue ResourceFlavor and the nodes its ``spec.nodeLabels`` select."""
@@ -160,7 +153,6 @@ class FlavorState:
     tolerations: tuple[Mapping[str, str], ...] = ()
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class FlavorCapacity:
     flavor: str
@@ -177,7 +169,6 @@ class FlavorCapacity:
 
 
 # ---------------------------------------------------------------------------------------- Kueue
-@quick_init
 @dataclass(frozen=True, slots=True)
 class PodSetSpec:
     """One pod set of a Workload: ``count`` pods, each requesting ``requests`` (per pod)."""
@@ -192,7 +183,6 @@ class PodSetSpec:
         return int(self.requests.get(GPU_RESOURCE, 0))
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class CheckState:
     """One entry of ``Workload.status.admissionChecks``."""
@@ -204,7 +194,6 @@ class CheckState:
     requeue_after_seconds: int | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class WorkloadState:
     namespace: str
@@ -257,7 +246,6 @@ class WorkloadState:
         return None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ClusterQueueState:
     name: str
@@ -275,7 +263,6 @@ class ClusterQueueState:
         return max(0.0, self.nominal_gpus.get(flavor, 0.0) - self.used_gpus.get(flavor, 0.0))
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class LocalQueueState:
     namespace: str
@@ -283,7 +270,6 @@ class LocalQueueState:
     cluster_queue: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class AdmissionCheckObj:
     name: str
@@ -296,7 +282,6 @@ class AdmissionCheckObj:
 DemandKind = Literal["task", "actor", "placement_group"]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class RayDemand:
     """Unscheduled Ray demand: ``count`` bundles of ``shape`` (Ray resource names: GPU, CPU, memory...)."""
@@ -309,7 +294,6 @@ class RayDemand:
     group: str | None = None  # worker group Ray asks for, when known (label selectors); None = any
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class RayWorker:
     pod: str
@@ -328,7 +312,6 @@ class RayWorker:
     ray_running_tasks: int | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class WorkerGroupState:
     name: str
@@ -350,7 +333,6 @@ class WorkerGroupState:
         object.__setattr__(self, "worker_pods", frozenset(w.pod for w in self.workers))
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class RayClusterState:
     namespace: str
@@ -389,7 +371,6 @@ class RayClusterState:
 
 
 # -------------------------------------------------------------------------------------- snapshot
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     taken_at: float

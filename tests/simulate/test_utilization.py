@@ -9,8 +9,6 @@ import random
 from datetime import datetime
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from simulator.utilization import (
     MODELS,
@@ -19,7 +17,6 @@ from simulator.utilization import (
     STALLED,
     fleet_samples,
     get_model,
-    mul32,
 )
 from simulator.workload import Job, load_philly, synthetic
 
@@ -50,19 +47,6 @@ def _digest_rayjobs(jobs: tuple[Job, ...]) -> str:
             for k in range(40):
                 h.update(repr(j.util_at(k * 150.0 + 7.0)).encode())
     return h.hexdigest()
-
-
-words = st.integers(min_value=0, max_value=2**32 - 1)
-
-
-@given(words, words)
-def test_mul32_is_the_low_32_bits_of_the_product(a, c):
-    assert mul32(a, c) == (a * c) & 0xFFFFFFFF
-
-
-def test_mul32_at_the_edges():
-    top = 2**32 - 1
-    assert [mul32(top, top), mul32(top, 1), mul32(0, top), mul32(0x10000, 0x10000)] == [1, top, 0, 0]
 
 
 def test_scattered_is_the_original_model(shared_dir):

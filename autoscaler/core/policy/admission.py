@@ -33,7 +33,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.core import reasons as R
-from autoscaler.core.frozen_init import quick_init
 from autoscaler.core.policy.config import AdmissionConfig
 from autoscaler.core.policy.ledger import Ledger
 from autoscaler.core.policy.packing import FreeBins, capacity_bin, node_bin, shape_of
@@ -68,7 +67,6 @@ _MAX_BLOCKS_SHOWN = 8
 # from this many earlier retries on, a Fragmented message says what an operator can do about it
 FRAGMENTED_HINT_AFTER = 3
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class AdmissionDecision:
     """Our verdict on one workload's check entry. ``state`` None = leave it Pending."""
@@ -93,7 +91,6 @@ class AdmissionDecision:
         return sum(sum(n.values()) for n in self.placement.values())
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class AdmissionResult:
     decisions: tuple[AdmissionDecision, ...]

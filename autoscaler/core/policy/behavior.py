@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from autoscaler.core import reasons as R
-from autoscaler.core.frozen_init import quick_init
 
 PolicyType = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
@@ -38,7 +37,6 @@ Step = tuple[int, str, str]
 MAX_POLICY_VALUE = 100_000  # pods or percent per period; more is a typo (and would overflow the arithmetic)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ScalingPolicy:
     """One ``HPAScalingPolicy``: at most ``value`` pods (or percent) per ``period_seconds``."""
@@ -55,7 +53,6 @@ class ScalingPolicy:
                              f"got {self.value}, {self.period_seconds}")
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ScalingRules:
     """One direction of ``HorizontalPodAutoscalerBehavior`` (``HPAScalingRules``)."""
@@ -212,7 +209,6 @@ def clamp(desired: int, min_replicas: int, max_replicas: int) -> Step:
     return desired, "", ""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Normalized:
     replicas: int

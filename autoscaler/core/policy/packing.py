@@ -17,11 +17,9 @@ from bisect import insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.core.frozen_init import quick_init
 from autoscaler.core.snapshot import GPU_RESOURCE, NodeState, PodSetSpec, frozen_map
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Bin:
     """Free room on one node."""
@@ -33,7 +31,6 @@ class Bin:
     labels: Mapping[str, str] = field(default_factory=frozen_map)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class PodShape:
     """``count`` identical pods of one pod set."""
@@ -46,7 +43,6 @@ class PodShape:
     node_selector: Mapping[str, str] = field(default_factory=frozen_map)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class PackResult:
     placement: Mapping[str, Mapping[str, int]]  # pod set -> node -> GPUs placed

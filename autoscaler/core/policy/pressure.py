@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
-from autoscaler.core.frozen_init import quick_init
 from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState, WorkloadState
 
 __all__ = ["PressureIndex", "Waiting", "WaitingIndex", "pending_gpu_workloads", "pressure_of", "queue_pressure",
@@ -68,7 +67,6 @@ class PressureIndex:
                 self.first_other_ns = i
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class WaitingIndex(Sequence[Waiting]):
     """The pending GPU workloads without quota as (wait, workload), longest wait first, with the

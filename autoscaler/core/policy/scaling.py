@@ -79,7 +79,6 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 from autoscaler.core import reasons as R
-from autoscaler.core.frozen_init import quick_init
 from autoscaler.core.policy.annotations import policy_from_annotations
 from autoscaler.core.policy.behavior import ScalingRules, normalize
 from autoscaler.core.policy.config import ScalingDefaults
@@ -145,7 +144,6 @@ class Step(NamedTuple):
     message: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class GroupDecision:
     namespace: str
@@ -175,7 +173,6 @@ class GroupDecision:
         return (self.namespace, self.cluster, self.group)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class SteadyHold:
     """Last pass's decision when it was a plain hold, and what decided it: no Ray demand for the group,
@@ -197,7 +194,6 @@ class SteadyHold:
     cluster: RayClusterState | None = field(default=None, compare=False, repr=False)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class GroupHistory:
     """What one group's past decisions leave behind (kept by the caller between passes)."""
@@ -298,7 +294,6 @@ def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> 
     return entries
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ScalingResult:
     decisions: tuple[GroupDecision, ...]
@@ -615,7 +610,6 @@ class ScalingContext:
 
 
 # ---------------------------------------------------------------------------------------- one group
-@quick_init
 @dataclass(frozen=True, slots=True)
 class _GroupCase:
     """One worker group's inputs for one pass: what every step reads."""
@@ -691,7 +685,6 @@ class _GroupCase:
                              write="replicas" if clear else "none")
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class _Workers:
     """What the group's workers say this pass (idleness, starting and never-made replicas)."""

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from autoscaler.core import reasons as R
-from autoscaler.core.frozen_init import quick_init
 from autoscaler.core.policy.config import brief_repr, parse_bool, parse_duration, parse_ratio
 from autoscaler.core.snapshot import ClusterSnapshot, GpuState, NodeState, WorkloadState, frozen_map
 
@@ -69,7 +68,6 @@ def format_duration(seconds: float) -> str:
     return text or "0s"
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class StallConfig:
     """Knobs of the stall detector (config section ``stall:``)."""
@@ -159,7 +157,6 @@ def stall_config(settings: Mapping[str, object] | None) -> StallConfig:
         raise ValueError(f"config stall: {e}") from None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class StallTrack:
     """One workload's stall timer (kept by the caller between passes)."""
@@ -174,7 +171,6 @@ class StallTrack:
         return replace(self, deactivated=False)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class StalledWorkload:
     """A workload stalled for at least the window."""
@@ -205,7 +201,6 @@ class StalledWorkload:
         return f"{self.namespace}/{self.name}"
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class StallResult:
     stalled: tuple[StalledWorkload, ...]
