@@ -12,13 +12,6 @@ steps do; the reason of the last step that changed the value is the decision's r
    ``WaitingForWorkerDeletion``; no write in any case.
 2. **Signal freshness.**  Ray demand signal stale/missing -> ``RaySignalStale``; GPU signal
    stale (GPU groups) -> ``GpuSignalStale``; hold (desired = current, no write, idle timers reset).
-   **Steady hold.**  Last pass held for no demand and no idle worker at the current replicas
-   (``WithinTarget``, nothing written: ``SteadyHold``) and the group (the same object or an equal
-   one, or one in which only the workers' utilization moved while none of them is idle now), the
-   policy, the queue pressure and the resourceVersion are unchanged, with still no Ray demand for
-   the group -> the same decision again, its recommendation recorded: steps 3-6 would arrive at it
-   whatever the time and the history, since they only move a recommendation that differs from the
-   current count, or an idle worker.
 3. **Recommendation** (HPA "calculate" step):
    - *pending demand*: Ray's unscheduled bundles (not INFEASIBLE) are assigned to the group that can
      hold them (the ``group`` Ray named, else the smallest worker that fits, CPU-only groups first
@@ -72,10 +65,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from operator import attrgetter
-from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 from autoscaler.core import reasons as R
@@ -111,7 +102,6 @@ __all__ = [
     "ScalingContext",
     "ScalingDefaults",
     "ScalingResult",
-    "SteadyHold",
     "Step",
     "WaitingIndex",
     "assign_demand",
@@ -174,27 +164,6 @@ class GroupDecision:
 
 
 @dataclass(frozen=True, slots=True)
-class SteadyHold:
-    """Last pass's decision when it was a plain hold, and what decided it: no Ray demand for the group,
-    no worker idle (so no idle timer runs), the recommendation equal to the current replicas, within
-    [min, max], nothing to write (``_steady_hold``; a pass that holds for a guard or a stale signal
-    leaves none).  Such a decision is a function of the group (of its workers' utilization only
-    whether each is idle now), the policy, the queue pressure and the RayCluster's resourceVersion
-    alone: the stabilization windows, step limits, the down-after-up hold and the reclaim budget
-    move nothing when the recommendation is the current count.  So while those four are unchanged
-    and the guards and signals still pass, the next pass decides the same hold without the
-    recommendation steps (``_still_steady``); ``group`` is the latest group it was decided for."""
-
-    group: WorkerGroupState
-    policy: ScalingDefaults
-    pressure: str
-    decision: GroupDecision
-    # a RayCluster it was decided for: equal to this pass's but for the Ray signal's time, the
-    # group's holds are decided again without a case per group (``_steady_cluster``)
-    cluster: RayClusterState | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
 class GroupHistory:
     """What one group's past decisions leave behind (kept by the caller between passes)."""
 
@@ -205,8 +174,6 @@ class GroupHistory:
     written_max: int | None = None  # the maxReplicas we last wrote
     last_launch: float | None = None  # when we last launched workers here (scale-up or replacement)
     reclaims: tuple[float, ...] = ()  # one entry per worker reclaimed, for the hourly budget
-    # the last pass's decision when it was a steady hold, with what it was decided from (``SteadyHold``)
-    steady: SteadyHold | None = None
 
     def rollback(self, old: GroupHistory) -> GroupHistory:
         """This pass's history after its write failed: keep what was observed (recommendations, idle
@@ -217,53 +184,13 @@ class GroupHistory:
                        last_launch=old.last_launch, reclaims=old.reclaims)
 
     def pruned(self, policy: ScalingDefaults, now: float) -> GroupHistory:
-        """Without the recommendations and scale events older than any window or period still looks
-        back; this very history when nothing is that old."""
-        recommendations, scale_events, reclaims = self._recent_parts(policy, now)
-        if (recommendations is self.recommendations and scale_events is self.scale_events
-                and reclaims is self.reclaims):
-            return self
-        return self.but(recommendations=recommendations, scale_events=scale_events, reclaims=reclaims)
-
-    def held(self, policy: ScalingDefaults, now: float, replicas: int, steady: SteadyHold) -> GroupHistory:
-        """``pruned(policy, now)`` with this pass's recommendation ``replicas`` recorded and ``steady``
-        as the last decision (what a steady hold leaves), built once."""
-        recommendations, scale_events, reclaims = self._recent_parts(policy, now)
-        return GroupHistory(
-            recommendations=(*recommendations, (now, replicas)), scale_events=scale_events,
-            idle_since=self.idle_since, user_max=self.user_max, written_max=self.written_max,
-            last_launch=self.last_launch, reclaims=reclaims, steady=steady)
-
-    def _recent_parts(self, policy: ScalingDefaults, now: float) -> tuple[
-            tuple[tuple[float, int], ...], tuple[tuple[float, int], ...], tuple[float, ...]]:
-        """(recommendations, scale events, reclaims) still inside a window or period that looks back
-        (each the very tuple when nothing in it is that old)."""
+        """Without the recommendations, scale events and reclaims older than any window or period
+        that still looks back."""
         keep_rec = max(policy.scale_up.stabilization_window_seconds, policy.scale_down.stabilization_window_seconds)
         keep_ev = max(policy.scale_up.longest_period, policy.scale_down.longest_period)
-        reclaims = self.reclaims
-        if reclaims and any(not now - t < RECLAIM_BUDGET_PERIOD for t in reclaims):
-            reclaims = tuple(t for t in reclaims if now - t < RECLAIM_BUDGET_PERIOD)
-        return _recent(self.recommendations, now, keep_rec), _recent(self.scale_events, now, keep_ev), reclaims
-
-    def but(self, *, recommendations: tuple[tuple[float, int], ...] | None = None,
-            scale_events: tuple[tuple[float, int], ...] | None = None, reclaims: tuple[float, ...] | None = None,
-            steady: SteadyHold | None = None, idle_since: Mapping[str, float] | None = None) -> GroupHistory:
-        """``replace(self, ...)`` for the fields a pass changes at every decision (None: kept), built
-        directly: every pass prunes each group's history and records a recommendation in it."""
-        return GroupHistory(
-            recommendations=self.recommendations if recommendations is None else recommendations,
-            scale_events=self.scale_events if scale_events is None else scale_events,
-            idle_since=self.idle_since if idle_since is None else idle_since, user_max=self.user_max,
-            written_max=self.written_max, last_launch=self.last_launch,
-            reclaims=self.reclaims if reclaims is None else reclaims,
-            steady=self.steady if steady is None else steady)
-
-    def with_steady(self, steady: SteadyHold | None) -> GroupHistory:
-        """``replace(self, steady=steady)``, None included, built directly (every decided pass sets it)."""
-        return GroupHistory(
-            recommendations=self.recommendations, scale_events=self.scale_events, idle_since=self.idle_since,
-            user_max=self.user_max, written_max=self.written_max, last_launch=self.last_launch,
-            reclaims=self.reclaims, steady=steady)
+        return replace(self, recommendations=_recent(self.recommendations, now, keep_rec),
+                       scale_events=_recent(self.scale_events, now, keep_ev),
+                       reclaims=tuple(t for t in self.reclaims if now - t < RECLAIM_BUDGET_PERIOD))
 
     def reclaims_in_period(self, now: float) -> int:
         """Workers reclaimed in this group during the last hour (the budget's period)."""
@@ -286,12 +213,8 @@ class GroupHistory:
 
 
 def _recent(entries: tuple[tuple[float, int], ...], now: float, keep: float) -> tuple[tuple[float, int], ...]:
-    """The (t, value) entries younger than ``keep`` seconds; ``entries`` itself when none is older (in
-    any order: a history built by hand need not be in time order).  Whether any is older is asked of
-    the oldest alone (``min`` compares the tuples in C): ``now - t`` only grows as ``t`` falls."""
-    if entries and not now - min(entries)[0] < keep:  # (not <: exactly the entries the filter drops)
-        return tuple(e for e in entries if now - e[0] < keep)
-    return entries
+    """The (t, value) entries younger than ``keep`` seconds."""
+    return tuple(e for e in entries if now - e[0] < keep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -786,8 +709,7 @@ def _observe(case: _GroupCase, h: GroupHistory) -> _Workers:
                      f"{policy.down_after_up_seconds:g}s)")
         replaceable = []
     idle_gpus = sum(w.gpus or group.gpus_per_worker for w in (*removable, *replaceable)) if case.gpu_group else 0
-    # the same idle timers as last pass (the usual case) keep the same map
-    idle_since = h.idle_since if since == h.idle_since else frozen_map(since)
+    idle_since = frozen_map(since)
     need = workers_needed(case.demand, cap) if case.demand else 0
     starting = sum(1 for w in group.workers if not w.deleting and (w.phase != "Running" or not w.ready))
     return _Workers(window=window, idle_since=idle_since, removable=tuple(removable), idle_gpus=idle_gpus,
@@ -996,17 +918,10 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
         h = h.seeing_max(case.group.max_replicas)
     guard = _guards(case)
     if guard.reason:
-        return case.hold(guard), h.with_steady(None) if h.steady is not None else h
+        return case.hold(guard), h
     fresh = _signal_freshness(case)
-    if fresh.reason:  # (a steady hold is the last pass's decision only: not after this one)
-        return case.hold(fresh, may_clear=True), (replace(h, idle_since=frozen_map(), steady=None)
-                                                  if h.idle_since or h.steady is not None else h)
-    if h.steady is not None and _still_steady(case, h.steady):
-        # the same hold as last pass (``SteadyHold``): its recommendation is recorded as the steps would,
-        # and the hold now holds this pass's group (as the steps would record it)
-        held = h.steady if h.steady.group is case.group and h.steady.cluster is case.cluster else SteadyHold(
-            case.group, h.steady.policy, h.steady.pressure, h.steady.decision, case.cluster)
-        return held.decision, h.but(recommendations=(*h.recommendations, (case.now, case.current)), steady=held)
+    if fresh.reason:
+        return case.hold(fresh, may_clear=True), replace(h, idle_since=frozen_map())
     ws = _observe(case, h)
     raw, reason, msg = _recommend(case, ws)
     capped = _quota_headroom(case, raw)
@@ -1019,115 +934,12 @@ def _decide_group(case: _GroupCase, h: GroupHistory) -> tuple[GroupDecision, Gro
     final, why, more = _down_after_up(case, ws, final)
     if why:
         reason, msg = why, f"{msg}; {more}"
-    h = h.but(idle_since=ws.idle_since, recommendations=(*h.recommendations, (case.now, raw)))
+    h = replace(h, idle_since=ws.idle_since, recommendations=(*h.recommendations, (case.now, raw)))
     write = _write_max if case.in_tree else _write_replicas
-    d, h = write(case, ws, h, final, reason, msg, infeasible)
-    steady = _steady_hold(case, ws, raw, d)
-    if steady is not None or h.steady is not None:
-        h = h.with_steady(steady)
-    return d, h
-
-
-def _steady_hold(case: _GroupCase, ws: _Workers, raw: int, d: GroupDecision) -> SteadyHold | None:
-    """``d`` as a ``SteadyHold`` when it is one: a hold for no demand and no idle worker at the current
-    replicas (the in-tree autoscaler case, whose maxReplicas steering reads more, is never one)."""
-    current = case.current
-    if (case.in_tree or case.demand or case.infeasible_demand or case.stale_list or ws.idle_since
-            or ws.removable or ws.replaceable or ws.unmade or raw != current or d.desired != current
-            or d.direction != "hold" or d.write != "none" or d.reason != R.WITHIN_TARGET or d.infeasible
-            or d.workers_to_delete or d.idle_gpus):
-        return None
-    return SteadyHold(case.group, case.policy, case.pressure, d, case.cluster)
-
-
-def _still_steady(case: _GroupCase, s: SteadyHold) -> bool:
-    """Whether last pass's steady hold ``s`` is this pass's decision too (the guards and signal checks
-    have passed): the same policy and queue pressure, still no Ray demand for the group, the same
-    resourceVersion (which the decision carries), and the same group (the very object), or one equal
-    to it but for the workers' utilization while none of them is idle now (an equal group among them).
-
-    A steady hold reads the workers' utilization only through ``_idle_now`` (every worker was not
-    idle, so no idle timer ran): while that still holds for each worker, the ladder comes to the same
-    hold whatever the values (a busy worker's GPU moving between 60 % and 90 %, as a live GPU signal
-    does between any two passes)."""
-    if (case.demand or case.infeasible_demand or case.in_tree
-            or s.decision.resource_version != case.cluster.resource_version or s.pressure != case.pressure
-            or not (s.policy is case.policy or s.policy == case.policy)):
-        return False
-    g = case.group
-    if s.group is g:
-        return True
-    if not _same_but_utilization(s.group, g):
-        return False
-    gpu_group, policy = case.gpu_group, case.policy
-    reclaim = policy.reclaim_idle_actors and gpu_group  # (as ``_observe`` asks: in-tree is never steady)
-    return not any(_idle_now(w, gpu_group, policy, reclaim) for w in g.workers)
-
-
-# what a steady hold reads of a worker group and its workers besides the workers' utilization: every
-# compared field of each (``_still_steady``), picked in C
-_UTILIZATION_FIELDS = frozenset({"gpu_utilization", "cpu_utilization", "memory_utilization"})
-_GROUP_BUT_WORKERS = attrgetter(*(f.name for f in fields(WorkerGroupState) if f.compare and f.name != "workers"))
-_WORKER_BUT_UTILIZATION = attrgetter(*(f.name for f in fields(RayWorker)
-                                       if f.compare and f.name not in _UTILIZATION_FIELDS))
-
-
-# what a pass reads of a RayCluster besides its Ray signal's time (guards, demand, resourceVersion):
-# every compared field but ``demand_signal``, picked in C (``_steady_cluster``)
-_CLUSTER_BUT_SIGNAL = attrgetter(*(f.name for f in fields(RayClusterState) if f.compare and f.name != "demand_signal"))
-
-
-def _same_but_utilization(a: WorkerGroupState, b: WorkerGroupState) -> bool:
-    """``a == b`` but for the workers' utilization values (the same workers, in the same order)."""
-    return (len(a.workers) == len(b.workers) and _GROUP_BUT_WORKERS(a) == _GROUP_BUT_WORKERS(b)
-            and all(x is y or _WORKER_BUT_UTILIZATION(x) == _WORKER_BUT_UTILIZATION(y)
-                    for x, y in zip(a.workers, b.workers, strict=True)))
+    return write(case, ws, h, final, reason, msg, infeasible)
 
 
 _NO_HISTORY = GroupHistory()  # a group's history before its first pass (immutable, so one serves all)
-
-# policy_from_annotations by the annotations' content and the defaults object: a cluster's annotations
-# rarely change between passes, and the parse is the same pure function of both (bounded: cleared
-# when full, so a controller that sees many clusters, or new defaults, never grows it without end)
-_POLICIES: dict[tuple[tuple[tuple[str, str], ...], int],
-                tuple[ScalingDefaults, tuple[ScalingDefaults, tuple[str, ...]]]] = {}
-_POLICIES_MAX = 1024
-
-
-# the last parse's read-only annotations map and defaults, and its result: a snapshot builder hands out
-# the very same map while a cluster's annotations do not change (so one pass after another asks again)
-_LAST_POLICY: tuple[Mapping[str, str], ScalingDefaults, tuple[ScalingDefaults, tuple[str, ...]]] | None = None
-
-
-def _cluster_policy(annotations: Mapping[str, str], defaults: ScalingDefaults) -> tuple[ScalingDefaults, tuple[str, ...]]:
-    """``policy_from_annotations(annotations, defaults)``, parsed once per distinct annotations (of
-    strings, as Kubernetes has them; anything else is parsed every time); the very read-only map
-    (``frozen_map``) of the last call with the same defaults is not looked into again."""
-    global _LAST_POLICY
-    last = _LAST_POLICY
-    if last is not None and last[0] is annotations and last[1] is defaults:
-        return last[2]
-    result = _parsed_policy(annotations, defaults)
-    if type(annotations) is MappingProxyType:
-        _LAST_POLICY = (annotations, defaults, result)
-    return result
-
-
-def _parsed_policy(annotations: Mapping[str, str], defaults: ScalingDefaults) -> tuple[ScalingDefaults, tuple[str, ...]]:
-    """``policy_from_annotations``, from the parses kept by the annotations' content (``_POLICIES``)."""
-    items = tuple(annotations.items())
-    if not all(type(k) is str and type(v) is str for k, v in items):
-        return policy_from_annotations(annotations, defaults)
-    key = (items, id(defaults))
-    hit = _POLICIES.get(key)
-    if hit is not None and hit[0] is defaults:  # (the defaults object itself held: its id is not reused)
-        return hit[1]
-    result = policy_from_annotations(annotations, defaults)
-    if len(_POLICIES) >= _POLICIES_MAX:
-        _POLICIES.clear()
-    _POLICIES[key] = (defaults, result)
-    return result
-
 
 def decide_scaling(
     snapshot: ClusterSnapshot,
@@ -1155,11 +967,8 @@ def decide_scaling(
         context = ScalingContext.build(snapshot, now, waiting=waiting, owned=owned, cohorts=cohorts)
     elif context.snapshot is not snapshot or context.now != now:
         raise ValueError("decide_scaling: the context was built for another snapshot or time")
-    policy, warnings = _cluster_policy(cluster.annotations, defaults)
+    policy, warnings = policy_from_annotations(cluster.annotations, defaults)
     pressure = context.pressure(cluster, policy.queue_pressure_wait_seconds)
-    again = _steady_cluster(context, cluster, policy, pressure, history)
-    if again is not None:
-        return ScalingResult(decisions=again[0], history=frozen_map(again[1]), warnings=warnings)
     demand, infeasible = assign_demand(cluster)
     decisions = []
     new_hist: dict[str, GroupHistory] = {}
@@ -1177,53 +986,6 @@ def decide_scaling(
         decisions.append(d)
         new_hist[group.name] = h
     return ScalingResult(decisions=tuple(decisions), history=frozen_map(new_hist), warnings=warnings)
-
-
-def _steady_cluster(
-    context: ScalingContext, cluster: RayClusterState, policy: ScalingDefaults, pressure: str,
-    history: Mapping[str, GroupHistory],
-) -> tuple[tuple[GroupDecision, ...], dict[str, GroupHistory]] | None:
-    """Every group's last steady hold again, without a case built per group, when each was held for
-    this very group object and a RayCluster equal to this one but for its Ray signal's time
-    (``SteadyHold.group``, ``.cluster``); None otherwise.
-
-    What ``_decide_group`` would decide for each: a pass that held steady for such a cluster passed
-    the guards (a function of the cluster but for its signal, and of the group), and found no Ray
-    demand and no infeasible demand for the group (``assign_demand``: of the groups and the demand):
-    so the steady hold's test (``_still_steady``: those, the resourceVersion, the group) comes down to
-    the policy and the queue pressure, and the signals' freshness, which moves with the time, is
-    asked as the ladder asks it.  The history records the recommendation as the ladder does: pruned,
-    then this pass's current replicas (``GroupHistory.held``)."""
-    groups, now = cluster.groups, context.now
-    if len(history) != len(groups):
-        return None
-    same: RayClusterState | None = None  # a held cluster found equal to this one but for the signal
-    sig = cluster.demand_signal
-    if sig is None or sig.is_stale(now):
-        return None
-    gpu_stale: bool | None = None
-    decisions: list[GroupDecision] = []
-    new_hist: dict[str, GroupHistory] = {}
-    for group in groups:
-        h = history.get(group.name)
-        if h is None:
-            return None
-        s = h.steady
-        if (s is None or s.group is not group or s.pressure != pressure
-                or not (s.policy is policy or s.policy == policy)):
-            return None
-        if s.cluster is not cluster and s.cluster is not same:
-            if s.cluster is None or _CLUSTER_BUT_SIGNAL(s.cluster) != _CLUSTER_BUT_SIGNAL(cluster):
-                return None
-            same = s.cluster
-        if group.gpus_per_worker > 0:
-            if gpu_stale is None:
-                gpu_stale = context.snapshot.gpu_signal_stale()
-            if gpu_stale:
-                return None
-        decisions.append(s.decision)
-        new_hist[group.name] = h.held(policy, now, group.replicas, s)
-    return tuple(decisions), new_hist
 
 
 def demand_summary(demand: Sequence[RayDemand]) -> int:
