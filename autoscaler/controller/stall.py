@@ -39,7 +39,6 @@ from autoscaler.core import reasons as R
 from autoscaler.core.policy.stall import (
     StallConfig,
     StalledWorkload,
-    StallMemo,
     StallResult,
     StallTrack,
     decide_stalls,
@@ -65,13 +64,10 @@ class StallReconciler:
         self.outcomes: list[tuple[StalledWorkload, WriteOutcome]] = []
         self._held = ""
         self._queues: set[str] = set()
-        self._published: dict[str, tuple[int, int]] = {}  # queue -> (stalled workloads, their GPUs) as set
-        self._memo = StallMemo()  # what decide_stalls may find unchanged next pass (the same result without)
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         # pure: in a worker thread for a large snapshot (nothing else touches this reconciler meanwhile)
-        result = await offload(snapshot_size(snapshot), decide_stalls, snapshot, self.config, self.history, now,
-                               self._memo)
+        result = await offload(snapshot_size(snapshot), decide_stalls, snapshot, self.config, self.history, now)
         self.result = result
         self.outcomes = []
         if result.held != self._held:
@@ -129,17 +125,12 @@ class StallReconciler:
             gpus[s.cluster_queue] = gpus.get(s.cluster_queue, 0) + s.gpus
         queues = set(snapshot.cluster_queues) | set(count)
         c = self.ctx.counters
-        published = self._published
         for q in sorted(queues):
-            value = (count.get(q, 0), gpus.get(q, 0))
-            if published.get(q) != value:  # (set only what moved: most passes move nothing)
-                c.stalled_workloads.labels(cluster_queue=q).set(value[0])
-                c.stalled_workload_gpus.labels(cluster_queue=q).set(value[1])
-                published[q] = value
+            c.stalled_workloads.labels(cluster_queue=q).set(count.get(q, 0))
+            c.stalled_workload_gpus.labels(cluster_queue=q).set(gpus.get(q, 0))
         for q in self._queues - queues:  # a ClusterQueue that went away: its series go too
             c.stalled_workloads.remove(q)
             c.stalled_workload_gpus.remove(q)
-            published.pop(q, None)
         self._queues = queues
 
     async def close(self) -> None:

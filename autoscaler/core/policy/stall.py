@@ -42,7 +42,6 @@ __all__ = [
     "RAY_ORIGIN_KIND_LABEL",
     "RAY_ORIGIN_NAME_LABEL",
     "StallConfig",
-    "StallMemo",
     "StallResult",
     "StallTrack",
     "StalledWorkload",
@@ -224,12 +223,9 @@ _RayPods = dict[str, list[tuple[frozenset[str], str | None]]]  # namespace -> (w
 _Found = tuple[tuple[str, tuple[GpuState, ...]], ...]  # a node's pods' GPUs by workload key
 
 
-def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState],
-                  memo: StallMemo | None = None) -> dict[str, list[GpuState]]:
+def workload_gpus(snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]) -> dict[str, list[GpuState]]:
     """Workload key -> the GPUs the GPU signal attributes to its pods (only ``candidates``), in node
-    and GPU order.  ``memo``: the caller's ``StallMemo`` from the last pass (the same answer, read-only)."""
-    if memo is not None:
-        return memo.gpus(snapshot, candidates)
+    and GPU order."""
     by_owner, by_name = _owners(candidates)
     ray_pods = _ray_pods(snapshot, by_owner)
     out: dict[str, list[GpuState]] = {}
@@ -284,125 +280,8 @@ def _attributed(node: NodeState, by_name: Mapping[tuple[str, str], WorkloadState
     return tuple(out)
 
 
-class StallMemo:
-    """What ``decide_stalls`` worked out from objects it may see again, kept by its caller between
-    passes: a memo, every answer is the same without it.  A snapshot hands out the very same
-    immutable maps and node states while nothing in them moved, so "the same" is identity: the
-    candidates are looked for again only when the Workloads map is another; a node's pods are
-    attributed again only when its ``NodeState`` is another or the owners changed in a namespace
-    one of its pods is in (the candidates' job names and keys, the Ray worker pods and whose they
-    are: a pod is only ever attributed within its namespace); and each workload's GPUs are kept by
-    node and updated by the nodes attributed again, with the count of its GPUs not under the
-    threshold, so a pass looks at the nodes that moved, not at every GPU."""
-
-    def __init__(self) -> None:
-        self._workloads: Mapping[str, WorkloadState] | None = None
-        self._candidates: list[WorkloadState] = []
-        self._by_key: dict[str, WorkloadState] = {}
-        self._owners_of: Sequence[WorkloadState] | None = None
-        self._by_owner: dict[tuple[str, str, str], WorkloadState] = {}
-        self._by_name: dict[tuple[str, str], WorkloadState] = {}
-        self._name_keys: dict[tuple[str, str], str] = {}
-        self._ray_pods: _RayPods | None = None
-        self._nodes: Mapping[str, NodeState] | None = None
-        self._limit: float | None = None
-        # node -> (its state when attributed, its GPUs by workload key, the namespaces of its pods)
-        self._parts: dict[str, tuple[NodeState, dict[str, tuple[GpuState, ...]], frozenset[str]]] = {}
-        self._by_node: dict[str, dict[str, tuple[GpuState, ...]]] = {}  # workload key -> node -> its GPUs
-        self._busy: dict[str, int] = {}  # workload key -> its GPUs not known to be under the threshold
-        self._out: dict[str, list[GpuState]] | None = None  # ``gpus``' answer, while nothing moved
-
-    def candidates(self, workloads: Mapping[str, WorkloadState]) -> tuple[list[WorkloadState], dict[str, WorkloadState]]:
-        """The workloads that may stall (``_candidate``), and the same by key."""
-        if workloads is not self._workloads:
-            self._workloads = workloads
-            self._candidates = [w for w in workloads.values() if _candidate(w)]
-            self._by_key = {w.key: w for w in self._candidates}
-        return self._candidates, self._by_key
-
-    def gpus(self, snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState]) -> dict[str, list[GpuState]]:
-        """``workload_gpus(snapshot, candidates)``, from what is unchanged since the last pass."""
-        self._update(snapshot, candidates, self._limit)
-        if self._out is None:
-            self._out = {key: self._gpus_of(key) for key in sorted(self._by_node)}
-        return self._out
-
-    def idle(self, snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState],
-             limit: float) -> list[tuple[str, list[GpuState]]]:
-        """(key, GPUs) of each candidate whose attributed GPUs all have a utilization under ``limit``, by
-        key: ``workload_gpus``' entries that pass that test."""
-        self._update(snapshot, candidates, limit)
-        busy = self._busy
-        return [(key, self._gpus_of(key)) for key in sorted(k for k, n in busy.items() if n == 0)]
-
-    def _gpus_of(self, key: str) -> list[GpuState]:
-        """The key's GPUs in node and GPU order (as ``workload_gpus`` lists them)."""
-        nodes = self._by_node[key]
-        return [g for name in sorted(nodes) for g in nodes[name]]
-
-    def _update(self, snapshot: ClusterSnapshot, candidates: Sequence[WorkloadState], limit: float | None) -> None:
-        name_keys = self._name_keys
-        if candidates is not self._owners_of:
-            self._owners_of = candidates
-            self._by_owner, self._by_name = _owners(candidates)
-            name_keys = {k: w.key for k, w in self._by_name.items()}
-        ray_pods = _ray_pods(snapshot, self._by_owner)
-        nodes = snapshot.nodes
-        moved: set[str] = set()  # namespaces whose owners changed
-        if name_keys is not self._name_keys:
-            if name_keys != self._name_keys:
-                moved.update(k[0] for k, _ in name_keys.items() ^ self._name_keys.items())
-            self._name_keys = name_keys
-        old_pods = self._ray_pods
-        if ray_pods != old_pods:
-            if old_pods is None:
-                self._parts, self._by_node, self._busy, self._out = {}, {}, {}, None
-            else:
-                moved.update(ns for ns in ray_pods.keys() | old_pods.keys() if ray_pods.get(ns) != old_pods.get(ns))
-        self._ray_pods = ray_pods
-        if limit != self._limit:  # (the threshold is the config's: the same at every pass)
-            self._limit = limit
-            self._busy = {key: sum(_count_busy(gs, limit) for gs in by.values()) for key, by in self._by_node.items()}
-        if not moved and nodes is self._nodes:
-            return
-        parts, by_node, busy = self._parts, self._by_node, self._busy
-        for name, node in nodes.items():
-            hit = parts.get(name)
-            if hit is not None and hit[0] is node and not (moved and moved & hit[2]):
-                continue
-            if hit is not None:
-                self._drop(name, hit[1])
-            found: dict[str, tuple[GpuState, ...]] = {}
-            for key, gs in _attributed(node, self._by_name, ray_pods):
-                found[key] = found[key] + gs if key in found else gs
-            parts[name] = (node, found, frozenset(p.namespace for p, _ in node.gpus_by_pod))
-            for key, gs in found.items():
-                by_node.setdefault(key, {})[name] = gs
-                busy[key] = busy.get(key, 0) + _count_busy(gs, self._limit)
-            self._out = None
-        if len(parts) > len(nodes):  # nodes that went away
-            for name in [n for n in parts if n not in nodes]:
-                self._drop(name, parts.pop(name)[1])
-        self._nodes = nodes
-
-    def _drop(self, name: str, found: Mapping[str, tuple[GpuState, ...]]) -> None:
-        """Take a node's last attribution out of the workloads' GPUs."""
-        by_node, busy = self._by_node, self._busy
-        for key, gs in found.items():
-            mine = by_node[key]
-            del mine[name]
-            if mine:
-                busy[key] -= _count_busy(gs, self._limit)
-            else:
-                del by_node[key]
-                del busy[key]
-        self._out = None
-
-
-def _count_busy(gpus: Sequence[GpuState], limit: float | None) -> int:
-    """The GPUs not known to be under ``limit`` (all of them when there is no limit yet)."""
-    if limit is None:
-        return len(gpus)
+def _count_busy(gpus: Sequence[GpuState], limit: float) -> int:
+    """The GPUs not known to be under ``limit``."""
     return sum(1 for g in gpus if g.utilization is None or not g.utilization < limit)
 
 
@@ -410,16 +289,8 @@ def _candidate(wl: WorkloadState) -> bool:
     return wl.admitted and wl.active and not wl.finished and not wl.evicted and wl.gpu_demand > 0
 
 
-_UTC: dict[float, str] = {}  # the last times formatted (a stall's start is formatted at every pass)
-
-
 def _utc(t: float) -> str:
-    text = _UTC.get(t)
-    if text is None:
-        if len(_UTC) >= 4096:
-            _UTC.clear()
-        text = _UTC[t] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-    return text
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _sources(gpus: Sequence[GpuState]) -> str:
@@ -428,27 +299,19 @@ def _sources(gpus: Sequence[GpuState]) -> str:
 
 def decide_stalls(
     snapshot: ClusterSnapshot, config: StallConfig, history: Mapping[str, StallTrack], now: float,
-    memo: StallMemo | None = None,
 ) -> StallResult:
-    """The stalled workloads of ``snapshot`` and the timers for the next pass (see the module doc);
-    ``memo``: the caller's ``StallMemo``, kept from pass to pass (the same result without it)."""
+    """The stalled workloads of ``snapshot`` and the timers for the next pass (see the module doc)."""
     if not config.enabled:
         return StallResult((), frozen_map(), "the stall detector is off (stall.enabled: false)")
     if snapshot.gpu_signal_stale():
         # no verdict on incomplete data; the timers start over when the signal is back
         return StallResult((), frozen_map(), "GPU signal stale")
-    if memo is not None:
-        candidates, by_key = memo.candidates(snapshot.workloads)
-    else:
-        candidates = [w for w in snapshot.workloads.values() if _candidate(w)]
-        by_key = {w.key: w for w in candidates}
+    candidates = [w for w in snapshot.workloads.values() if _candidate(w)]
+    by_key = {w.key: w for w in candidates}
     limit = config.gpu_utilization
     # a candidate no GPU is attributed to is not stalled; one busy or unknown GPU: not stalled (timer reset)
-    if memo is not None:
-        idle = memo.idle(snapshot, candidates, limit)
-    else:
-        gpus_of = workload_gpus(snapshot, candidates)
-        idle = [(key, gpus_of[key]) for key in sorted(gpus_of) if _count_busy(gpus_of[key], limit) == 0]
+    gpus_of = workload_gpus(snapshot, candidates)
+    idle = [(key, gpus_of[key]) for key in sorted(gpus_of) if _count_busy(gpus_of[key], limit) == 0]
     tracks: dict[str, StallTrack] = {}
     stalled: list[StalledWorkload] = []
     for key, gpus in idle:
@@ -464,8 +327,7 @@ def decide_stalls(
         deactivate_at = track.since + config.deactivate_after_seconds if opted_in else None
         # report at the window, act at the delay: a stall that ends before it is never deactivated
         deactivate = opted_in and not track.deactivated and stalled_for >= config.deactivate_after_seconds
-        if not track.reported or (deactivate and not track.deactivated):  # (a new record only when it moved)
-            track = StallTrack(track.since, track.admitted_at, True, track.deactivated or deactivate)
+        track = StallTrack(track.since, track.admitted_at, True, track.deactivated or deactivate)
         tracks[wl.key] = track
         source = _sources(gpus)
         use = f"GPU {source}" if source else "GPU utilization"
