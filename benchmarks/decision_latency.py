@@ -168,7 +168,7 @@ def pure_policies(runs: int = 5) -> list[tuple[str, float]]:
     waiting for our check), 2 000 opted-in RayClusters with 4 workers each."""
     from autoscaler.core.policy.admission import AdmissionConfig, decide_admissions
     from autoscaler.core.policy.ledger import Ledger
-    from autoscaler.core.policy.scaling import ScalingDefaults, decide_scaling, pending_gpu_workloads
+    from autoscaler.core.policy.scaling import ScalingContext, ScalingDefaults, decide_scaling
     from tests.decisions import builders as b
 
     nodes = [b.node(f"n{i}", requested=(i * 3) % 9) for i in range(2000)]
@@ -188,9 +188,9 @@ def pure_policies(runs: int = 5) -> list[tuple[str, float]]:
     times = []
     for _ in range(runs):
         t = time.perf_counter()
-        waiting = pending_gpu_workloads(snap, b.NOW)
+        context = ScalingContext.build(snap, b.NOW)
         for rc in rcs:
-            decide_scaling(snap, rc, ScalingDefaults(), {}, b.NOW, waiting=waiting)
+            decide_scaling(snap, rc, ScalingDefaults(), {}, b.NOW, context=context)
         times.append(time.perf_counter() - t)
     out.append(("decide_scaling: 2 000 RayClusters x 4 workers (same snapshot)", statistics.median(times)))
     return out

@@ -48,10 +48,8 @@ from autoscaler.core.policy.scaling import (
     ScalingContext,
     ScalingResult,
     decide_scaling,
-    pending_gpu_workloads,
-    waiting_candidates,
 )
-from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState, WorkloadState
+from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +72,6 @@ class ScalingReconciler(WritingReconciler):
         self._last: dict[tuple[str, str, str], tuple[str, str, int, tuple[str, ...]]] = {}
         self._warned: dict[str, tuple[str, ...]] = {}
         self.outcomes: list[tuple[GroupDecision, WriteOutcome]] = []  # last pass's, for tests/bench
-        # the Workloads map of the last pass and those of it waiting for GPU quota (looked for again
-        # only when the snapshot holds another map)
-        self._candidates: tuple[Mapping[str, WorkloadState], tuple[WorkloadState, ...]] | None = None
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         self.outcomes = []
@@ -113,10 +108,7 @@ class ScalingReconciler(WritingReconciler):
             return []
         # once per pass, for every cluster: who waits; the workloads each cluster owns and the cohorts'
         # quota totals when a cluster's quota headroom first asks (elastic Kueue clusters)
-        workloads = snapshot.workloads
-        if self._candidates is None or self._candidates[0] is not workloads:  # (an immutable map: not seen)
-            self._candidates = (workloads, waiting_candidates(workloads))
-        context = ScalingContext.build(snapshot, now, waiting=pending_gpu_workloads(snapshot, now, self._candidates[1]))
+        context = ScalingContext.build(snapshot, now)
         out: list[tuple[str, ScalingResult | Exception]] = []
         for key in keys:
             try:

@@ -1,4 +1,5 @@
-"""Bin-packing feasibility: can these GPU pods be placed on these nodes' free GPUs?
+"""Bin-packing: can these GPU pods be placed on these nodes' free GPUs (admission), and how many new
+workers of a group's shape does Ray's pending demand need (``workers_needed``, scaling)?
 
 Heuristic: **best-fit decreasing**.  Pods are taken largest first (GPUs, then CPU, then memory, then
 pod-set name); each goes to the node that fits it with the fewest GPUs left over (ties: node name).
@@ -13,6 +14,7 @@ allocatable CPU/memory (``cpu_allocatable > 0``), against current requests (prom
 
 from __future__ import annotations
 
+import math
 from bisect import insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -214,5 +216,84 @@ def gpu_pod_sets(pod_sets: Sequence[PodSetSpec]) -> tuple[PodSetSpec, ...]:
     return tuple(ps for ps in pod_sets if ps.gpus_per_pod > 0)
 
 
-__all__ = ["GPU_RESOURCE", "Bin", "FreeBins", "PackResult", "PodShape", "capacity_bin", "gpu_pod_sets", "node_bin",
-           "pack", "shape_of"]
+# ------------------------------------------------------------------------------ Ray demand -> workers
+Bundle = Mapping[str, float]  # one Ray resource bundle: resource name -> amount
+
+
+def _fit_count(rem: tuple[float, ...], need: tuple[float, ...]) -> float:
+    """How many bundles of ``need`` fit in ``rem`` (inf when the bundle asks for none of the keys)."""
+    f = math.inf
+    for r, x in zip(rem, need, strict=True):
+        if x > 1e-12:
+            f = min(f, math.floor((r + 1e-9) / x))
+    return max(f, 0)
+
+
+def _minus(rem: tuple[float, ...], need: tuple[float, ...], m: int) -> tuple[float, ...]:
+    return tuple(r - x * m for r, x in zip(rem, need, strict=True))
+
+
+def workers_needed(
+    bundles: Sequence[tuple[Bundle, bool] | tuple[Bundle, bool, int]], cap: Mapping[str, float]
+) -> int:
+    """New workers of shape ``cap`` for ``bundles`` ((shape, strict_spread[, count]) entries): first-fit
+    decreasing over the resources ``cap`` has, STRICT_SPREAD bundles one per new worker.
+
+    Near-linear: identical bundles (same needs on those resources, same strategy) are placed as one
+    run with a count, and identical workers are kept as one bin run with a count, so the cost is
+    O(entries + shapes x bin runs), not O(bundles x workers).  Among shapes with equal needs the
+    STRICT_SPREAD ones go first (their workers' leftover room then takes the others).
+    """
+    keys = [k for k in cap if cap[k] > 0]
+    full = tuple(float(cap[k]) for k in keys)
+    runs: dict[tuple[tuple[float, ...], bool], int] = {}
+    for b in bundles:
+        n = b[2] if len(b) == 3 else 1
+        if n <= 0:
+            continue
+        need = tuple(max(0.0, float(b[0].get(k, 0.0))) for k in keys)
+        runs[(need, b[1])] = runs.get((need, b[1]), 0) + n
+    bins: list[tuple[tuple[float, ...], int]] = []  # (remaining room, how many workers have it), in opening order
+    for need, spread in sorted(runs, key=lambda r: (tuple(-x for x in r[0]), not r[1])):
+        n = runs[(need, spread)]
+        if not spread:
+            i = 0
+            while n > 0 and i < len(bins):
+                rem, count = bins[i]
+                f = _fit_count(rem, need)
+                if f == 0:
+                    i += 1
+                    continue
+                if f == math.inf:  # needs none of the checked resources: all go in the first worker
+                    n = 0
+                    break
+                fit = int(f)  # (the count as an int: n // fit, not a float)
+                filled = min(count, n // fit)
+                n -= filled * fit
+                repl = [(_minus(rem, need, fit), filled)] if filled else []
+                left = count - filled
+                if left and n > 0:  # the next worker of this run takes the rest (fewer than f)
+                    repl.append((_minus(rem, need, n), 1))
+                    n, left = 0, left - 1
+                if left:
+                    repl.append((rem, left))
+                bins[i:i + 1] = repl
+                i += len(repl)
+        if n <= 0:
+            continue
+        f = 1 if spread else _fit_count(full, need)
+        if f == math.inf:
+            bins.append((full, 1))
+        elif f == 0:  # larger than a worker (not assigned here by assign_demand): one worker each
+            bins.append((_minus(full, need, 1), n))
+        else:
+            fit = int(f)  # (the count as an int: n // fit, not a float)
+            if n // fit:
+                bins.append((_minus(full, need, fit), n // fit))
+            if n % fit:
+                bins.append((_minus(full, need, n % fit), 1))
+    return sum(c for _, c in bins)
+
+
+__all__ = ["GPU_RESOURCE", "Bin", "Bundle", "FreeBins", "PackResult", "PodShape", "capacity_bin", "gpu_pod_sets",
+           "node_bin", "pack", "shape_of", "workers_needed"]

@@ -100,14 +100,10 @@ class WaitingIndex(Sequence[Waiting]):
         return iter(self.entries)
 
 
-def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float,
-                          candidates: Sequence[WorkloadState] | None = None) -> WaitingIndex:
-    """(wait, workload) of every pending GPU workload without quota, longest wait first; compute it
-    once per snapshot and pass it to ``decide_scaling(..., waiting=)`` when deciding many clusters
-    (or build one ``ScalingContext``).  ``candidates``: ``waiting_candidates(snapshot.workloads)``
-    when already found (a caller that sees the same Workloads map again need not look again)."""
-    found = waiting_candidates(snapshot.workloads) if candidates is None else candidates
-    out = [(now - wl.queued_since, wl) for wl in found]
+def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float) -> WaitingIndex:
+    """(wait, workload) of every pending GPU workload without quota, longest wait first, with its
+    pressure index; computed once per pass (``ScalingContext``)."""
+    out = [(now - wl.queued_since, wl) for wl in waiting_candidates(snapshot.workloads)]
     out.sort(key=lambda x: (-x[0], x[1].key))
     return WaitingIndex.of(out)
 
