@@ -316,12 +316,12 @@ async def passes_in_process(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
+    from autoscaler.cluster.source import PARSERS, ClusterObjects
     from autoscaler.cluster.views import object_key
     from autoscaler.controller.context import ControllerContext
     from autoscaler.controller.counters import ControllerCounters
-    from autoscaler.controller.loop import PARSERS
     from autoscaler.controller.reconcilers import build_reconcilers
-    from autoscaler.controller.snapshot_builder import ClusterObjects, build_snapshot
+    from autoscaler.controller.snapshot_builder import build_snapshot
     from autoscaler.signals.gpu import GpuReading, fold_series
 
     now = time.time()

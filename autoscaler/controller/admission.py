@@ -7,11 +7,7 @@ decided within the next pass, plus a periodic resync):
 2. the reservation ledger is released against the snapshot (``policy.ledger.release``); on the
    first pass, and after a gap longer than ``leader_gap_seconds`` without passes (we were not the
    leader), it is rebuilt from the workloads whose check of ours is Ready
-   (``policy.admission.rebuild_ledger``) — the previous leader's promises are not lost; a pass
-   whose snapshot holds the last pass's very Workload and AdmissionCheck maps, after a pass that
-   decided nothing and left nothing reserved, decides nothing either and stops here (the
-   controller's and the simulator's snapshot builders hand out the last map while nothing in it
-   changed, so most resyncs are that cheap);
+   (``policy.admission.rebuild_ledger``) — the previous leader's promises are not lost;
 3. ``decide_admissions`` (pure), then one guarded server-side apply per decision
    (``act.workload_status``), at most ``write_concurrency`` at a time;
 4. for each decision written: ``admission_decisions_total{cluster_queue,state,reason}``,
@@ -125,28 +121,16 @@ class AdmissionReconciler(WritingReconciler):
         self._sem = asyncio.Semaphore(write_concurrency)
         self._activated: dict[str, float] = {}
         self.outcomes: list[tuple[AdmissionDecision, WriteOutcome]] = []  # last pass's, for tests/bench
-        # the last pass's Workloads and AdmissionChecks (the snapshot's very maps) when it found
-        # nothing to decide and nothing reserved: a pass on the same maps decides nothing either
-        self._quiet: tuple[object, object] | None = None
-        self.quiet_passes = 0  # passes that decided nothing because nothing moved (for tests/bench)
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         await self._keep_active(snapshot, now)
         gap = self._last_pass is None or now - self._last_pass > self.leader_gap_seconds
         self._last_pass = now
         rebuild = self.ledger is None or gap
-        if not rebuild and self._nothing_moved(snapshot):
-            # no Workload waits for our check and nothing is reserved, as in the last pass, on the same
-            # Workloads: the decision is empty and the ledger and retry history stay as they are
-            self.outcomes = []
-            self.quiet_passes += 1
-            return
         # pure: in a worker thread for a large snapshot (nothing else touches this reconciler meanwhile)
         result = await offload(snapshot_size(snapshot), self._decide, snapshot, None if rebuild else self.ledger,
                                self.history, now)
         self.ledger, self.history = result.ledger, dict(result.history)
-        idle = not result.decisions and not result.ledger.reservations and not result.ledger.baseline
-        self._quiet = (snapshot.workloads, snapshot.admission_checks) if idle else None
         outcomes = await asyncio.gather(*(self._write(d, now) for d in result.decisions))
         self.outcomes = list(zip(result.decisions, outcomes, strict=True))
         for i, (d, outcome) in enumerate(self.outcomes):
@@ -154,14 +138,6 @@ class AdmissionReconciler(WritingReconciler):
                 await asyncio.sleep(0)  # a pass with many decisions must not hold the event loop
             self._account(d, outcome, now)
         self.ctx.published.reserved_gpus = self.ledger.promised_by_flavor()
-
-    def _nothing_moved(self, snapshot: ClusterSnapshot) -> bool:
-        """The last pass decided nothing and reserved nothing, and this snapshot's Workloads and
-        AdmissionChecks are that pass's very maps (a snapshot builder that reuses an unchanged map; one
-        that builds them anew never matches).  Only they say what waits for our check; the nodes, the
-        queues and the time matter only to a workload that waits or a reservation."""
-        q = self._quiet
-        return q is not None and q[0] is snapshot.workloads and q[1] is snapshot.admission_checks
 
     def _decide(self, snapshot: ClusterSnapshot, ledger: Ledger | None, history: Mapping[str, int],
                 now: float) -> AdmissionResult:

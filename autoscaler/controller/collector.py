@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from autoscaler import metrics as m
+from autoscaler.cluster.source import CacheStats
 from autoscaler.controller.context import Published
 from autoscaler.controller.pod_info import pod_info
 from autoscaler.core.rightsizing import recommendation_series
@@ -23,15 +23,6 @@ from autoscaler.core.snapshot import GPU_RESOURCE, ClusterSnapshot, RayClusterSt
 from exporter.metrics import MetricSpec
 
 NO_FLAVOR = "none"  # pending GPUs of a workload whose ClusterQueue has no GPU flavor (or is unknown)
-
-
-@dataclass(frozen=True, slots=True)
-class CacheStats:
-    """One watched resource's cache, for ``queuepilot_cache_objects`` / ``queuepilot_cache_synced``."""
-
-    resource: str
-    objects: int
-    synced: bool
 
 
 def _gauge(spec: MetricSpec) -> GaugeMetricFamily:

@@ -40,9 +40,10 @@ from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
 from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchReporter, cancel_tasks
 from autoscaler.cluster.remote import DEFAULT_KUEUE_NAMESPACE, Fleet
+from autoscaler.cluster.source import ClusterObjects
 from autoscaler.controller.admission import remember
 from autoscaler.controller.context import ControllerContext, writer_for
-from autoscaler.controller.snapshot_builder import BuildConfig, ClusterObjects, build_snapshot
+from autoscaler.controller.snapshot_builder import BuildConfig, build_snapshot
 from autoscaler.core.policy.dispatch import (
     NO_CLUSTER_FITS,
     NO_USABLE_CLUSTER,

@@ -30,13 +30,12 @@ clusters (the demo, the tests) run all of it inline, with the same results.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -48,33 +47,23 @@ from autoscaler.cluster import resources as res
 from autoscaler.cluster.cache import WatchCache, cancel_tasks
 from autoscaler.cluster.client import request_json
 from autoscaler.cluster.secrets import SecretTokens
-from autoscaler.cluster.views import (
-    EMPTY,
-    admission_check_view,
-    cluster_queue_view,
-    local_queue_view,
-    node_view,
-    object_key,
-    pod_view,
-    ray_cluster_view,
-    resource_flavor_view,
-    workload_view,
-)
+from autoscaler.cluster.source import PARSERS, CacheStats, ClusterObjects, ClusterSource, WatchSource
+from autoscaler.cluster.views import EMPTY, object_key
 from autoscaler.controller import context as context_module
 from autoscaler.controller import reconcilers as reconcilers_module
-from autoscaler.controller.collector import CacheStats, ControllerCollector
+from autoscaler.controller.collector import ControllerCollector
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.context import ControllerContext, Published, Reconciler, offload, snapshot_size
 from autoscaler.controller.counters import ControllerCounters
 from autoscaler.controller.dispatch import FleetSource, fleet_source
 from autoscaler.controller.leader import LeaderElector
-from autoscaler.controller.snapshot_builder import BuildConfig, ClusterObjects, SnapshotBuilder
+from autoscaler.controller.snapshot_builder import BuildConfig, SnapshotBuilder
 from autoscaler.core.queue_wait import new_admissions
 from autoscaler.core.snapshot import ClusterSnapshot
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
-from autoscaler.signals.ray import DashboardTarget, RayClient, RayHeadClient, RaySignals
+from autoscaler.signals.ray import RayClient, RayHeadClient, RaySignals
 from servicekit.http import HttpServer, start_server
 
 log = logging.getLogger("queuepilot.controller")
@@ -106,122 +95,6 @@ def _freeze_gc(size: int) -> bool:
 
 def _objects_size(objects: ClusterObjects) -> int:
     return len(objects.workloads) + len(objects.ray_clusters) + len(objects.nodes)
-
-
-def _pod(obj: Any) -> Any:
-    v = pod_view(obj)
-    return None if v.terminal else v
-
-
-PARSERS: dict[str, Callable[[Any], Any]] = {
-    "workloads": workload_view,
-    "clusterqueues": cluster_queue_view,
-    "localqueues": local_queue_view,
-    "resourceflavors": resource_flavor_view,
-    "admissionchecks": admission_check_view,
-    "rayclusters": ray_cluster_view,
-    "rayjobs": object_key,  # only counted; Kueue's Workload carries what we need of a RayJob
-    "nodes": node_view,
-    "pods": _pod,
-    "pods-ray": _pod,
-    "pods-kueue": _pod,
-}
-
-
-class ClusterSource(Protocol):
-    """Where a pass's cluster objects come from (the watch caches, or a simulated world)."""
-
-    @property
-    def synced(self) -> bool:
-        """Every resource listed at least once (no pass acts before)."""
-        ...
-
-    def objects(self) -> ClusterObjects: ...
-
-    def observed_at(self, now: float) -> Mapping[str, float | None]:
-        """Resource -> when its view was last known current (signal ``watch/<resource>``)."""
-        ...
-
-    def not_synced(self) -> list[str]: ...
-
-    def stats(self) -> list[CacheStats]: ...
-
-    def ray_targets(self) -> Mapping[str, DashboardTarget | None]:
-        """RayCluster "ns/name" -> where its Ray demand may be read (None: not opted in)."""
-        ...
-
-    def runners(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
-        """(task name, coroutine) to run for the controller's lifetime (the watches)."""
-        ...
-
-    async def wait_synced(self) -> None: ...
-
-    def stale(self, now: float) -> list[str]:
-        """Watches that have made no progress within their staleness limit ("name (N s)"): /healthz fails."""
-        ...
-
-
-class WatchSource:
-    """The Kubernetes ``ClusterSource``: one list-then-watch ``WatchCache`` per watched resource."""
-
-    def __init__(self, caches: Mapping[str, WatchCache[Any]]) -> None:
-        self.caches = dict(caches)
-
-    @property
-    def synced(self) -> bool:
-        return all(c.synced for c in self.caches.values())
-
-    def objects(self) -> ClusterObjects:
-        c = self.caches
-        pods: dict[str, Any] = {}
-        for name in ("pods", "pods-ray", "pods-kueue"):
-            if name in c:
-                pods.update(c[name].items)
-        return ClusterObjects(
-            workloads=c["workloads"].items,
-            cluster_queues=c["clusterqueues"].items,
-            local_queues=c["localqueues"].items,
-            flavors=c["resourceflavors"].items,
-            admission_checks=c["admissionchecks"].items,
-            ray_clusters=c["rayclusters"].items,
-            nodes=c["nodes"].items,
-            pods=pods,
-        )
-
-    def observed_at(self, now: float) -> dict[str, float | None]:
-        return {name: cache.observed_at(now) for name, cache in self.caches.items()}
-
-    def not_synced(self) -> list[str]:
-        return [n for n, c in self.caches.items() if not c.synced]
-
-    def stats(self) -> list[CacheStats]:
-        return [CacheStats(name, len(c.items), c.synced) for name, c in self.caches.items()]
-
-    def ray_targets(self) -> dict[str, DashboardTarget | None]:
-        """Each opted-in cluster's head: its running head pod's IP from the pod cache (same namespace,
-        ``ray.io/cluster`` + ``ray.io/node-type=head``), else its head Service's name."""
-        heads: dict[str, str] = {}
-        for name in ("pods", "pods-ray"):
-            if name in self.caches:
-                for p in self.caches[name].items.values():
-                    if p.ray_node_type == "head" and p.ray_cluster and p.ip and not p.terminal and not p.deleting:
-                        heads[f"{p.namespace}/{p.ray_cluster}"] = p.ip
-        out: dict[str, DashboardTarget | None] = {}
-        for key, view in self.caches["rayclusters"].items.items():
-            target = view.dashboard
-            if target is not None and key in heads:
-                target = dataclasses.replace(target, head_ip=heads[key])
-            out[key] = target
-        return out
-
-    def runners(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
-        return [(f"watch-{cache.name}", cache.run()) for cache in self.caches.values()]
-
-    async def wait_synced(self) -> None:
-        await asyncio.gather(*(c.synced_event.wait() for c in self.caches.values()))
-
-    def stale(self, now: float) -> list[str]:
-        return [f"{n} ({c.stale_for(now):.0f} s)" for n, c in self.caches.items() if not c.healthy(now)]
 
 
 class _NoGpuSignal:

@@ -29,15 +29,13 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from autoscaler.cluster.views import PodView, RayClusterView
+from autoscaler.cluster.source import ClusterObjects, PodView, RayClusterView
 from autoscaler.core.snapshot import (
     QUEUE_NAME_LABEL,
-    AdmissionCheckObj,
-    ClusterQueueState,
     ClusterSnapshot,
     FlavorState,
     GpuState,
@@ -48,30 +46,11 @@ from autoscaler.core.snapshot import (
     RayWorker,
     SignalStatus,
     WorkloadState,
-    kept_map,
 )
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.ray import RayObservation
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterObjects:
-    """The cached views of every watched resource, keyed as the caches key them ("ns/name" or "name")."""
-
-    workloads: Mapping[str, WorkloadState] = field(default_factory=dict)
-    cluster_queues: Mapping[str, ClusterQueueState] = field(default_factory=dict)
-    local_queues: Mapping[str, LocalQueueState] = field(default_factory=dict)
-    flavors: Mapping[str, FlavorState] = field(default_factory=dict)
-    admission_checks: Mapping[str, AdmissionCheckObj] = field(default_factory=dict)
-    ray_clusters: Mapping[str, RayClusterView] = field(default_factory=dict)
-    nodes: Mapping[str, NodeState] = field(default_factory=dict)
-    pods: Mapping[str, PodView] = field(default_factory=dict)
-
-    def copied(self) -> ClusterObjects:
-        """The same objects in private dicts: what the caches hold now, unchanged by later watch events."""
-        return ClusterObjects(**{f: dict(getattr(self, f)) for f in self.__dataclass_fields__})
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,17 +160,7 @@ class SnapshotBuilder:
         self._flavors: tuple[Mapping[str, FlavorState], dict[str, FlavorState]] | None = None
         self._rays: dict[str, tuple[tuple[Any, ...], RayClusterState]] = {}
         self._gpu: tuple[GpuReading, dict[str, list[GpuState]], dict[tuple[str, str], float]] | None = None
-        # the last build's Workload and AdmissionCheck maps, handed out again while every entry is the
-        # same object under the same key: a reconciler may see by identity that none moved (the
-        # admission reconciler's quiet pass)
-        self._maps: dict[str, Mapping[str, Any]] = {}
         self.reused = 0  # completed views taken from the memo in the last build (tests, benchmarks)
-
-    def _kept(self, name: str, entries: dict[str, Any]) -> Mapping[str, Any]:
-        """``entries`` as the snapshot's map ``name``: the last build's while nothing in it moved
-        (``kept_map``), kept for the next build."""
-        out = self._maps[name] = kept_map(self._maps.get(name), entries)
-        return out
 
     # ------------------------------------------------------------------------------------ the build
     def build(
@@ -322,8 +291,8 @@ class SnapshotBuilder:
             flavors=MappingProxyType(flavors),
             cluster_queues=MappingProxyType(cluster_queues),
             local_queues=MappingProxyType(local_queues),
-            workloads=self._kept("workloads", workloads),
-            admission_checks=self._kept("admission_checks", admission_checks),
+            workloads=MappingProxyType(workloads),
+            admission_checks=MappingProxyType(admission_checks),
             ray_clusters=MappingProxyType(ray_clusters),
             signals=MappingProxyType(signals),
         )

@@ -40,17 +40,6 @@ def frozen_map(d: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
     return MappingProxyType(dict(d or {}))
 
 
-def kept_map(previous: Mapping[_K, _V] | None, entries: dict[_K, _V]) -> Mapping[_K, _V]:
-    """``entries`` as a read-only map, or ``previous`` itself while it holds the very same objects under
-    the same keys in the same order: a snapshot builder hands out an unchanged map again, so that a
-    reader may see by identity that nothing in it moved.  ``entries`` is wrapped, not copied: the
-    caller hands over a dict of its own."""
-    if previous is not None and len(previous) == len(entries) and all(
-            k == k2 and v is v2 for (k, v), (k2, v2) in zip(previous.items(), entries.items(), strict=True)):
-        return previous
-    return MappingProxyType(entries)
-
-
 def _empty() -> Mapping[_K, _V]:
     return MappingProxyType({})
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoscaler.cluster import views
-from autoscaler.controller.snapshot_builder import ClusterObjects
+from autoscaler.cluster.source import ClusterObjects
 from tests.controller import objects as o
 
 NOW = 1_000_000.0

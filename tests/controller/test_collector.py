@@ -7,7 +7,8 @@ import dataclasses
 from prometheus_client import CollectorRegistry, generate_latest
 
 from autoscaler import metrics as m
-from autoscaler.controller.collector import CacheStats, ControllerCollector
+from autoscaler.cluster.source import CacheStats
+from autoscaler.controller.collector import ControllerCollector
 from autoscaler.controller.context import Published
 from autoscaler.controller.counters import ControllerCounters
 from autoscaler.core.queue_wait import new_admissions

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from autoscaler.cluster.source import ClusterObjects
 from autoscaler.controller import admission as admission_module
 from autoscaler.controller import context as context_module
 from autoscaler.controller import scaling as scaling_module
@@ -26,12 +27,7 @@ from autoscaler.controller.context import ControllerContext, Published
 from autoscaler.controller.counters import ControllerCounters
 from autoscaler.controller.loop import Controller
 from autoscaler.controller.reconcilers import build_reconcilers
-from autoscaler.controller.snapshot_builder import (
-    BuildConfig,
-    ClusterObjects,
-    SnapshotBuilder,
-    build_snapshot,
-)
+from autoscaler.controller.snapshot_builder import BuildConfig, SnapshotBuilder, build_snapshot
 from autoscaler.signals import gpu_prometheus
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from tests.controller import scenario
