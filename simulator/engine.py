@@ -50,7 +50,6 @@ from autoscaler.controller.recommend import RecommendationReconciler
 from autoscaler.controller.reconcilers import build_reconcilers
 from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.controller.stall import StallReconciler
-from autoscaler.core.policy.annotations import policy_from_annotations
 from autoscaler.core.policy.stall import StallConfig
 from autoscaler.core.snapshot import (
     CHECK_PENDING,
@@ -81,7 +80,7 @@ from simulator.kueue import (
 )
 from simulator.metrics import IDLE_CLASSES, IDLE_UTIL, RunMetrics, lower_bound_idle_s
 from simulator.ray import SimRayCluster, SimWorker, WorkerViews
-from simulator.snapshot import CHECK_NAME, POD_SET, RAY_ANNOTATIONS, SnapshotBuilder
+from simulator.snapshot import CHECK_NAME, POD_SET, SimSnapshotBuilder
 from simulator.timed_event import TimedEvent
 from simulator.workload import TASK, Job, team_gpu_shares
 from simulator.writer import SimWriter
@@ -109,20 +108,10 @@ class SimConfig:
     # with stall_reclaim: the controller's stall.deactivate_after (None: its default, 2 h); a value
     # under the default 30-min stall window shortens the window with it
     stall_deactivate_after_s: float | None = None
-    # run the stall detector where it can only report (nothing opted in to deactivation: every run
-    # without stall_reclaim, and the baselines): its Events and gauges are the only things it would
-    # produce there, and no simulated number reads them, so by default it is left out of those runs
-    # (the same JSON, tested; a quarter of a run's time)
-    stall_report: bool = False
     # queuepilot-reclaim: the controller's scaling.reclaim_budget_per_hour (the most workers reclaimed per
     # RayCluster in any hour; None: its default, 4), as a team that opts in would set it with the
     # queuepilot.io/reclaim-budget annotation (--reclaim-budget; benchmarks/reclaim_budget.py sweeps it)
     reclaim_budget_per_hour: int | None = None
-    # run the right-sizing feed (the controller's RecommendationReconciler): its recommendations are
-    # reported (``queuepilot simulate --json``'s ``recommendations``) and change no decision (nothing
-    # opts a simulated RayCluster in to the annotation), so a run that reports none of them may leave
-    # it out (the same summary, tested; a fifth of a baseline's run)
-    rightsizing: bool = True
     teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
 
 
@@ -241,9 +230,8 @@ class Engine:
         # the GPU signal the reconcilers see: each bound pod's GPU utilization, kept up to date
         # incrementally from the ledger (``_w_set``, ``_j_set``); the snapshot builder puts it on the GPUs
         self._pod_util: dict[str, float] = {}
-        self._views: dict[str, tuple[tuple[Any, ...], WorkerView]] = {}  # worker -> a baseline's view (group_view)
         self._group_views: dict[str, WorkerViews[WorkerView]] = {}  # team -> a baseline's worker views, by change
-        self.snapshots = SnapshotBuilder(self.cluster, self.kueue, self.policy.with_check, pod_util=self._pod_util)
+        self.snapshots = SimSnapshotBuilder(self, self.cluster, self.kueue, self.policy.with_check, self._pod_util)
         # the controller's reconcilers, acting on this world through a SimWriter
         registry = CollectorRegistry()
         counters = ControllerCounters(registry)
@@ -256,9 +244,8 @@ class Engine:
         self.recommend: RecommendationReconciler | None = None
         self.drive_reconcilers = drive_reconcilers
         # every reconciler build_reconcilers returns runs each control pass, in its order (one
-        # decide -> act -> explain path), except the parts a policy swaps: no admission check
-        # (kueue-quota) or a baseline's scaler in place of the ScalingReconciler, and the stall detector
-        # where it could only report (``SimConfig.stall_report``)
+        # decide -> act -> explain path), except the part a policy swaps: no admission check
+        # (kueue-quota) or a baseline's scaler in place of the ScalingReconciler
         self.reconcilers: list[Any] = []
         for r in build_reconcilers(self.context):
             if isinstance(r, AdmissionReconciler):
@@ -270,51 +257,10 @@ class Engine:
                     continue
                 self.scaling = r
             elif isinstance(r, StallReconciler):
-                if not (self.stall_acts or self.cfg.stall_report):
-                    continue
                 self.stall = r
             elif isinstance(r, RecommendationReconciler):
-                if not self.cfg.rightsizing:
-                    continue
                 self.recommend = r
             self.reconcilers.append(r)
-        # a tick's snapshot builds its RayClusters at their first read where no reconciler reads them every
-        # pass (the scaling and stall reconcilers do): under a baseline only the right-sizing feed does
-        self._lazy_rays = self.scaling is None and self.stall is None
-        # the GPUs' utilization on a snapshot is read by the stall detector and the right-sizing feed; the
-        # scaling reconciler reads only which series it came from (``utilization_source``, named in its
-        # explanations; its decisions read the workers' own utilization), the admission check neither
-        # (health, pods, free GPUs).  The stall detector reads only the GPUs of Workloads' pods (here a
-        # RayJob's; no Workload owns a team's RayCluster, so it attributes no Ray worker's GPU).  Where
-        # the feed does not run (the policy benchmarks leave it out, ``SimConfig.rightsizing``) a Ray
-        # worker's GPUs carry no utilization (unknown), and where the stall detector does not run either
-        # (it runs with stall reclaim or its report) no GPU does: a node is built again when its pods or
-        # health change, or a RayJob's utilization steps where it is read, not at each step of every
-        # job's.  The same decisions (tested); the scaler's messages then say "GPU use" where they named
-        # the series
-        self.snapshot_utilization = not self.drive_reconcilers or self.stall is not None or self.recommend is not None
-        self.worker_gpu_utilization = not self.drive_reconcilers or self.recommend is not None
-        # where the stall detector is the only reader of the values, it reads whether every GPU of a
-        # workload is under its threshold and, for those that all are, their values (the highest, named
-        # in its Event): a GPU at or over the threshold then carries 1.0 (busy), so a busy job's
-        # utilization steps (60 % -> 80 %) rebuild no node; one under it carries its value
-        self.busy_utilization_from: float | None = None
-        if self.drive_reconcilers and self.stall is not None and self.recommend is None:
-            self.busy_utilization_from = self.stall.config.gpu_utilization
-        # a Ray worker's utilization is read by the scaling decision only once no task runs on it
-        # (whether it is idle, and which idle worker goes first), unless the utilization target is kept
-        # as a floor (``keep_spare_for_target``, off by default); by the right-sizing feed; and of the
-        # baselines' scalers by hpa alone (it averages it).  Where none of those reads it, a worker
-        # running a task carries its task's mean level (on its RayWorker and a baseline's WorkerView),
-        # and a step of the task's level moves no worker's view (``SnapshotBuilder.busy_workers_at_mean``):
-        # the same decisions (tested)
-        self.busy_worker_utilization = self._reads_busy_worker_utilization()
-        if not self.busy_worker_utilization:
-            self.snapshots.busy_workers_at_mean()
-        if not self.snapshot_utilization:
-            self.snapshots.without_utilization()
-        elif not self.worker_gpu_utilization:
-            self.snapshots.without_utilization(of=self.ray_worker_pod)
         # accounting (docs/simulation.md, "Accounting"): RayJobs' idle class kept per workload and
         # summed incrementally (recomputed at its profile's next change point), busy intervals per team
         # ledger: what each GPU holder (a Ray worker pod, a running RayJob) contributes to a sample now:
@@ -347,29 +293,14 @@ class Engine:
             self._pass_queued.add(t)
             self.push(t, "pass")
 
-    def _reads_busy_worker_utilization(self) -> bool:
-        """Whether anything in this world reads the utilization of a Ray worker that runs a task: the
-        reconcilers run by somebody else, the right-sizing feed, a baseline's scaler that reads it
-        (``Scaler.reads_utilization``), or the controller's scaler keeping spare workers for the
-        utilization target (the policy a team RayCluster's annotations give over its defaults)."""
-        if not self.drive_reconcilers or self.recommend is not None:
-            return True
-        baseline = self.policy.baseline
-        if baseline is not None and any(s.reads_utilization for s in baseline.scalers.values()):
-            return True
-        if self.scaling is not None:
-            policy, _ = policy_from_annotations(RAY_ANNOTATIONS, self.scaling.defaults)
-            return policy.keep_spare_for_target
-        return False
-
     def static_replicas(self, team: str) -> int:
         """The mean number of GPUs the team's Ray tasks hold (work + idle tail) over the window."""
         busy = sum(j.duration + j.idle_tail for j in self.jobs if j.kind == TASK and j.team == team)
         return max(1, math.ceil(busy / max(1.0, self.window_s)))
 
     def group_view(self, team: str, now: float) -> GroupView:
-        """What a baseline scaler sees of ``team``'s worker group; each worker's view is the one built
-        before while the worker was not touched and its ready/busy state did not flip (``WorkerViews``)."""
+        """What a baseline scaler sees of ``team``'s worker group (each worker's view made again when
+        the worker changed: ``WorkerViews``)."""
         rc = self.rays[team]
         views = self._group_views.get(team)
         if views is None:
@@ -378,30 +309,16 @@ class Engine:
         return GroupView(now, rc.replicas, rc.min_replicas, rc.max_replicas, workers, len(rc.queue), rc.startup_s)
 
     def _worker_view(self, w: SimWorker, now: float) -> WorkerView:
-        """A baseline's view of one worker, the one built before while nothing in it moved: its
-        utilization changes only with its ``generation`` (bumped when the ledger sees its task's
-        utilization move, and kept current by the tick's accounting before any scaler looks); where the
-        scaler reads no worker's level, a busy worker carries its task's mean and the view moves with
-        its task, readiness, busy state and idle time alone (``busy_worker_utilization``)."""
-        ready, ray_busy, busy = now >= w.ready_at, w.task is not None, w.task is not None and now < w.busy_until
-        idle_since = None if ray_busy else w.idle_since
-        at_mean = not self.busy_worker_utilization
-        key = (*w.view_key(at_mean), ready, ray_busy, busy, idle_since)
-        cached = self._views.get(w.name)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        view = WorkerView(w.name, ready, ray_busy, busy, w.seen_util(now, at_mean), idle_since)
-        self._views[w.name] = (key, view)
-        return view
+        """A baseline's view of one worker now."""
+        ray_busy = w.task is not None
+        return WorkerView(w.name, now >= w.ready_at, ray_busy, ray_busy and now < w.busy_until, w.util(now),
+                          None if ray_busy else w.idle_since)
 
-    def snapshot(self, now: float, *, pass_only: bool = False) -> ClusterSnapshot:
-        """The cluster as the controller sees it at ``now``, the GPU signal included (each GPU's
-        utilization by the pod it is attributed to, as the exporter reports it).  ``pass_only``: for
-        a control pass that reads it at once, its RayClusters built at their first read
-        (``RayClusterMap``; a snapshot kept while the world moves must not be one)."""
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        """The cluster as the controller sees it at ``now``, the GPU signal and Ray's status included
+        (``SimSnapshotBuilder``)."""
         self._ledger_refresh(now)  # workers whose task's utilization moved are observed anew
-        return self.snapshots.build(now, self.workloads.values(), self.rays.values(), self.checks_active,
-                                    lazy_rays=pass_only, workload_moves=self.kueue.workload_moves)
+        return self.snapshots.build(now)
 
     # ------------------------------------------------------- the SimWorld the SimWriter acts on
     def find_workload(self, namespace: str, name: str) -> SimWorkload | None:
@@ -419,7 +336,6 @@ class Engine:
         """Kueue: a ClusterQueue whose AdmissionCheck is not Active reserves no quota."""
         if not self.checks_active.get(name):
             self.checks_active[name] = True
-            self.snapshots.checks_changed()
             self.request_pass()
 
     def kueue_check_message(self, w: SimWorkload, message: str) -> None:
@@ -652,8 +568,6 @@ class Engine:
     def _delete_worker(self, rc: SimRayCluster, name: str) -> None:
         wk = rc.workers.pop(name)
         rc.touch(name)
-        self.snapshots.forget_worker(name)
-        self._views.pop(name, None)
         iv = self._open_busy.pop(name, None)
         if wk.task is not None and self.now < wk.busy_until:
             rc.queue.appendleft((wk.task, self.now))  # killed mid-work: restarts from scratch
@@ -684,10 +598,8 @@ class Engine:
                     w.check_changed_at = now
                 else:
                     self._admit(w)
-        if self.admission is not None and self.drive_reconcilers \
-                and self.kueue.any_reserved():
-            # (the admission check reads no RayCluster: they are built only if it ever does)
-            await self.admission.reconcile(self.snapshot(now, pass_only=True), now)
+        if self.admission is not None and self.drive_reconcilers and self.kueue.any_reserved():
+            await self.admission.reconcile(self.snapshot(now), now)
         if self.unplaced:
             still = []
             for w in self.unplaced:
@@ -798,7 +710,7 @@ class Engine:
         try:
             if self.drive_reconcilers and self.reconcilers:
                 # the controller's resync pass: one snapshot (with the GPU signal), every reconciler in turn
-                snap = self.snapshot(now, pass_only=self._lazy_rays)
+                snap = self.snapshot(now)
                 for r in self.reconcilers:
                     await r.reconcile(snap, now)
             if self.policy.baseline is not None:
@@ -895,10 +807,9 @@ class Engine:
                 continue
             if self._w_set(rc, wk) != e[1] and wk.task is not None and now < wk.busy_until:
                 # the task's utilization moved (a phase or segment change): the worker is observed anew
-                # (a new generation: views cached by it are rebuilt, where a view reads the level)
+                # (a new generation: the views made of it are made again)
                 wk.generation += 1
-                if self.busy_worker_utilization:  # (else no view reads the level: ``busy_worker_utilization``)
-                    rc.touch(wk.name)
+                rc.touch(wk.name)
                 # its end event is due after every event pushed until now (as pushing it again would make
                 # it; the one on the heap carries it there when it comes: ``_on_busy_end``)
                 self._seq += 1
@@ -927,7 +838,7 @@ class Engine:
                 cls = "stalled" if phase == "stalled" else "starting" if phase == "starting" else "in_job"
             e = (until, u, cls, cls == "starting", 1)  # a task's own start-up: no scaler avoids it
         self._l_put(key, e, ("w", rc.team, wk.name))
-        if self.worker_gpu_utilization and self._pod_util.get(key) != u:  # the GPU signal, where read
+        if self._pod_util.get(key) != u:  # the GPU signal
             self._pod_util[key] = u
             self._mark_dirty(key)
         return u
@@ -951,23 +862,11 @@ class Engine:
                 cls = "stalled" if phase == "stalled" else "starting" if phase == "starting" else "in_job"
             e = (until, u * gpus, cls, cls == "starting", gpus)
         self._l_put(w.name, e, ("j", w.name))
-        if not self.snapshot_utilization:
-            return  # no snapshot reader reads the GPU signal's values
-        busy = self.busy_utilization_from
-        if busy is not None and u >= busy:
-            u = 1.0  # as the stall detector reads it (``busy_utilization_from``)
-        for i in range(w.job.pods):
+        for i in range(w.job.pods):  # the GPU signal
             pod = f"{w.namespace}/{w.name}-{i}"
             if self._pod_util.get(pod) != u:
                 self._pod_util[pod] = u
                 self._mark_dirty(pod)
-
-    # ---- the GPU signal the reconcilers see
-    def ray_worker_pod(self, pod: str) -> bool:
-        """Whether ``"<namespace>/<pod>"`` is a Ray worker's pod (of the team's RayCluster)."""
-        ns, _, name = pod.partition("/")
-        rc = self.rays.get(ns)
-        return rc is not None and name in rc.workers
 
     def _mark_dirty(self, pod: str) -> None:
         for node, _ in self.cluster.pod_gpus.get(pod, ()):

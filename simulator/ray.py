@@ -58,18 +58,6 @@ class SimWorker:
             return self.task.util_at(now - (self.busy_until - self.task.duration))  # started at busy_until - duration
         return 0.0
 
-    def seen_util(self, now: float, at_mean: bool) -> float:
-        """The utilization a view of this worker carries: its task's level now, or, ``at_mean`` (no
-        reader reads a busy worker's level), its task's mean level while the task runs."""
-        if at_mean and self.task is not None and now < self.busy_until:
-            return self.task.util
-        return self.util(now)
-
-    def view_key(self, at_mean: bool) -> tuple[object, ...]:
-        """What a view of this worker moves with besides its ready/busy state: its generation (a new
-        task, a step of the task's level), or, ``at_mean``, its task and when the task's work ends."""
-        return (self.task, self.busy_until) if at_mean else (self.generation,)
-
     def started(self) -> float:
         """When the current task was bound to this worker (its run's time 0)."""
         return self.busy_until - self.task.duration if self.task is not None else self.busy_until
@@ -90,7 +78,6 @@ class SimRayCluster:
     next_id: int = 0
     version: int = 0
     killed_tasks: int = 0
-    epoch: int = 0  # bumped at every ``touch`` (a worker came, went or moved: RayClusterMap checks it)
     # each WorkerViews' set of workers touched since it last built its views (it empties its own; a
     # plain list: ``touch`` runs at every worker event, and a watcher lives as long as this world)
     watchers: list[set[str]] = field(default_factory=list, repr=False, compare=False)
@@ -106,10 +93,9 @@ class SimRayCluster:
     group = "gpu-workers"
 
     def touch(self, worker: str) -> None:
-        """``worker`` came, went, or its task, generation, readiness or idle time moved: the epoch moves
-        and every watcher (``WorkerViews``) is told which worker (a flip of ready/busy with time alone
-        is no touch: the watcher keeps those times)."""
-        self.epoch += 1
+        """``worker`` came, went, or its task, generation, readiness or idle time moved: every watcher
+        (``WorkerViews``) is told which worker (a flip of ready/busy with time alone is no touch: the
+        watcher keeps those times)."""
         for changed in self.watchers:
             changed.add(worker)
 

@@ -1,19 +1,30 @@
-"""Build ``ClusterSnapshot``s from the simulator's state, as the controller's snapshot builder would.
+"""The simulated world as the controller sees it, and the snapshot the controller's own builder makes.
 
-The simulated world is mapped onto the same immutable types the controller hands the policies:
-nodes with per-GPU health and pod attribution (the exporter's view), one ResourceFlavor per
-simulated flavor, a ClusterQueue per team (with our AdmissionCheck when the policy uses it),
-Workloads for RayJobs with their Kueue conditions, and each team's RayCluster with its workers'
-GPU utilization and Ray's pending demand.  Every signal is fresh (``observed_at = now``).
-NodeStates and WorkloadStates are cached by version: a month of trace builds tens of thousands of
-snapshots.
+``SimSnapshotBuilder`` holds the simulated cluster's API objects as the controller's watch caches
+would hold them (``ClusterObjects``: Workloads, ClusterQueues, LocalQueues, the ResourceFlavor, our
+AdmissionCheck, each team's RayCluster, the Nodes and the Pods of Ray workers and running RayJobs),
+the GPU signal as the exporters report it (``GpuReading``: every GPU's health, utilization and the
+pod it is attributed to) and Ray's status of each RayCluster (``RayStatus``: pending demand, each
+worker's busy state and running tasks, as the dashboard's state API reports them).  A snapshot is
+``SnapshotBuilder.build`` over those inputs: the controller's own joins (flavor -> nodes, node ->
+requests and GPUs, RayCluster -> workers with their GPU utilization and Ray state, queue names ->
+ClusterQueues), so every policy the simulator runs reads what the deployed controller would read,
+all of it, whoever reads it.  Every signal is fresh (``observed_at = now``).
+
+An object's view is made when the object changes, as a watch cache replaces a view when its object's
+resourceVersion moves: Workloads by their version, a RayCluster by its spec's version, a worker's pod
+and Ray node by the worker's changes (``WorkerViews``), a node's GPUs when a pod, its health or a
+utilization on it moved (the engine says which: ``utilization_changed``, ``SimCluster.watch``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from functools import partial
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
+from autoscaler.cluster.source import ClusterObjects, PodView, RayClusterView, RayDashboardTarget
+from autoscaler.controller.snapshot_builder import BuildConfig, SnapshotBuilder
 from autoscaler.core.snapshot import (
     AUTOSCALE_ANNOTATION,
     ELASTIC_JOB_ANNOTATION,
@@ -31,13 +42,13 @@ from autoscaler.core.snapshot import (
     PodSetSpec,
     RayClusterState,
     RayDemand,
-    RayWorker,
-    SignalStatus,
     WorkerGroupState,
     WorkloadState,
     frozen_map,
-    kept_map,
 )
+from autoscaler.signals.gpu import GpuReading
+from autoscaler.signals.ray import RayObservation
+from autoscaler.signals.ray_parse import RayNodeInfo, RayStatus
 from simulator.cluster import SimCluster, SimNode
 from simulator.kueue import ADMITTED, RESERVED, RUNNING, SimKueue, SimWorkload
 from simulator.ray import SimRayCluster, SimWorker, WorkerViews
@@ -48,12 +59,34 @@ FLAVOR_LABEL = "queuepilot.io/sim-flavor"
 GPU_MODEL = "NVIDIA A100-SXM4-80GB"
 POD_SET = "workers"
 SIGNAL_STALE_AFTER_S = 120.0
-
+WORKER_CPU = 8.0
+WORKER_MEMORY = 64 * 2**30
 
 # the same for every simulated RayCluster (read-only maps, shared by every snapshot)
 RAY_ANNOTATIONS = frozen_map({AUTOSCALE_ANNOTATION: "true", ELASTIC_JOB_ANNOTATION: "true"})
 _RAY_LABELS = frozen_map({QUEUE_NAME_LABEL: "default"})
-_RAY_RESOURCES = frozen_map({"GPU": 1.0, "CPU": 8.0})
+_RAY_RESOURCES = frozen_map({"GPU": 1.0, "CPU": WORKER_CPU})
+_WORKER_TOTAL = frozen_map({"GPU": 1.0, "CPU": WORKER_CPU})
+_WORKER_HELD = frozen_map({"GPU": 0.0, "CPU": 0.0})
+
+
+class SimWorld(Protocol):
+    """What the builder reads of the simulated world besides the cluster and Kueue (the engine)."""
+
+    now: float
+    workloads: Mapping[str, SimWorkload]
+    rays: Mapping[str, SimRayCluster]
+    run_start: Mapping[str, float]
+    checks_active: Mapping[str, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """One Ray worker as the controller's inputs hold it: its pod, and its node in Ray's status
+    (None until its raylet joined)."""
+
+    pod: PodView
+    ray_node: RayNodeInfo | None
 
 
 def pod_key(pod_id: str) -> PodKey:
@@ -61,202 +94,58 @@ def pod_key(pod_id: str) -> PodKey:
     return PodKey(ns, name)
 
 
-class RayClusterMap(Mapping[str, RayClusterState]):
-    """A snapshot's RayClusters, built when a reconciler first reads them (keys and length need none):
-    most control passes of a baseline policy read no RayCluster (queuepilot's admission check does
-    not; the right-sizing feed does every few minutes).  What it builds is what ``build`` would have
-    built then: nothing may change a RayCluster between the snapshot and that first read, nor may
-    the builder have built a later snapshot meanwhile (its caches would be of a later time); if either
-    happened, the read fails loudly instead of showing a later state."""
+class SimSnapshotBuilder:
+    """The controller's inputs over ``world`` and the snapshot built from them (see the module doc).
 
-    __slots__ = ("_at", "_builder", "_built", "_keys", "_now", "_rays")
+    ``pod_util``: the GPU signal, each bound pod's GPU utilization by ``"<namespace>/<pod>"`` (the
+    exporter's, by the pod a GPU is attributed to; 0 on a free GPU); the engine calls
+    ``utilization_changed(node)`` when a pod's value there changes."""
 
-    def __init__(self, builder: SnapshotBuilder, rays: tuple[SimRayCluster, ...], now: float) -> None:
-        self._builder = builder
-        self._rays = rays
-        self._now = now
-        self._at = self._state_of_world()
-        self._keys = tuple(f"{rc.namespace}/{rc.name}" for rc in rays)
-        self._built: Mapping[str, RayClusterState] | None = None
-
-    def _state_of_world(self) -> tuple[object, ...]:
-        """What ``ray_state`` reads that can move: each RayCluster's workers (epoch), spec (version)
-        and queue, and how many snapshots the builder has built."""
-        return (self._builder.builds, *((rc.epoch, rc.version, len(rc.queue)) for rc in self._rays))
-
-    def _states(self) -> Mapping[str, RayClusterState]:
-        if self._built is None:
-            if self._state_of_world() != self._at:
-                raise RuntimeError("simulator: a RayCluster or the snapshot builder moved between a snapshot "
-                                   "and its first read of the RayClusters")
-            self._built = frozen_map({k: self._builder.ray_state(rc, self._now)
-                                      for k, rc in zip(self._keys, self._rays, strict=True)})
-        return self._built
-
-    @property
-    def built(self) -> bool:
-        """Whether the RayClusters were read (and so built)."""
-        return self._built is not None
-
-    def __getitem__(self, key: str) -> RayClusterState:
-        return self._states()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
-
-    def __repr__(self) -> str:
-        return f"RayClusterMap({dict(self._states())!r})"
-
-
-class SnapshotBuilder:
-    """``pod_util``: the GPU signal, each bound pod's GPU utilization by ``"<namespace>/<pod>"`` (the
-    exporter's, by the pod a GPU is attributed to; 0 on a free GPU); the owner calls
-    ``utilization_changed(node)`` when a pod's value there changes.  None: no GPU signal (utilization
-    unknown)."""
-
-    def __init__(self, cluster: SimCluster, kueue: SimKueue, with_check: bool,
-                 pod_util: Mapping[str, float] | None = None) -> None:
+    def __init__(self, world: SimWorld, cluster: SimCluster, kueue: SimKueue, with_check: bool,
+                 pod_util: Mapping[str, float]) -> None:
+        self.world = world
         self.cluster = cluster
         self.kueue = kueue
         self.with_check = with_check
         self._pod_util = pod_util
-        self._unread: Callable[[str], bool] | None = None  # the pods whose GPUs carry no utilization
-        self.builds = 0  # snapshots built (a RayClusterMap read after a later build fails)
-        self._util_gen: dict[str, int] = {}  # node -> bumped when a pod's utilization there changed
-        self._nodes: dict[str, tuple[tuple[int, int], NodeState]] = {}
-        self._labels: dict[str, Mapping[str, str]] = {}  # flavor -> a node's labels (read-only, shared)
-        # "<namespace>/<pod>" -> its PodKey, one object per pod so an unchanged GPU is seen by identity
-        # (cleared when it outgrows the cluster many times over: pods come and go)
-        self._pod_keys: dict[str, PodKey] = {}
-        self._workloads: dict[str, tuple[int, WorkloadState]] = {}
-        self._wl_map: Mapping[str, WorkloadState] | None = None  # the last snapshot's Workloads
-        self._wl_moves: int | None = None  # ``SimKueue.workload_moves`` when that map was built
-        self._workers: dict[str, tuple[tuple[object, ...], RayWorker]] = {}
-        self._busy_at_mean = False  # a worker running a task carries its task's mean level (``busy_workers_at_mean``)
-        # whole-map caches: the node map until a node changes, the ClusterQueues by their usage
-        # (each RayCluster's worker tuple is kept by change: ``_ray_workers``)
-        self._node_map: Mapping[str, NodeState] | None = None
-        self._node_states: dict[str, NodeState] = {}
-        self._changed: set[str] = set()  # nodes changed since the node map was built
-        cluster.watch(self._changed)
-        self._cq_map: tuple[tuple[object, ...], Mapping[str, ClusterQueueState]] | None = None
-        self._cq_moves = -1  # Kueue's usage_moves when the map was last looked at
-        self._ray_workers: dict[str, WorkerViews[RayWorker]] = {}  # RayCluster -> its workers' views, by change
-        # each RayCluster's WorkerGroupState while its workers (the same tuple), replicas and
-        # workersToDelete are unchanged; Ray's demand by the queue's length (immutable, shared)
-        self._ray_groups: dict[str, tuple[tuple[object, ...], WorkerGroupState]] = {}
-        self._ray_demand: dict[int, tuple[RayDemand, ...]] = {}
+        self.builds = 0
+        self._builder = SnapshotBuilder(BuildConfig(gpu_stale_seconds=SIGNAL_STALE_AFTER_S,
+                                                    ray_stale_seconds=SIGNAL_STALE_AFTER_S))
         self._flavors = frozen_map({
-            f: FlavorState(f, frozen_map({FLAVOR_LABEL: f}), tuple(n.name for n in nodes))
-            for f, nodes in cluster.flavors.items()
+            f: FlavorState(f, frozen_map({FLAVOR_LABEL: f})) for f in cluster.flavors
         })
-        self._checks: Mapping[str, AdmissionCheckObj] = frozen_map()
-        self._checks_key: tuple[tuple[str, bool], ...] | None = None
-        self._checks_version = 0
         self._local_queues = frozen_map({
             f"{q.namespace}/{q.local_queue}": LocalQueueState(q.namespace, q.local_queue, q.name)
             for q in kueue.cqs.values()
         })
+        self._nodes = frozen_map({n.name: NodeState(
+            name=n.name, labels=frozen_map({FLAVOR_LABEL: n.flavor}), gpu_allocatable=n.gpus,
+        ) for n in cluster.nodes})
+        self._checks: tuple[tuple[tuple[str, bool], ...], Mapping[str, AdmissionCheckObj]] | None = None
+        self._checks_version = 0
+        self._workloads: dict[str, tuple[int, WorkloadState]] = {}
+        self._rayjob_pods: dict[str, tuple[float, tuple[tuple[str, PodView], ...]]] = {}
+        self._ray_views: dict[str, tuple[tuple[object, ...], RayClusterView]] = {}
+        self._workers: dict[str, WorkerViews[WorkerView]] = {}
+        # the GPU signal: each node's GPUs, made again when a pod, a health or a utilization on it moved
+        self._gpus: dict[str, tuple[GpuState, ...]] = {}
+        self._changed: set[str] = {n.name for n in cluster.nodes}
+        cluster.watch(self._changed)
+        self._reading: GpuReading | None = None
 
-    def checks_changed(self) -> None:
-        self._checks_key = None
-
-    def admission_checks(self, active: Mapping[str, bool]) -> Mapping[str, AdmissionCheckObj]:
-        """Our AdmissionChecks with their ``Active`` condition (``active``: name -> Active)."""
-        key = tuple(sorted(active.items()))
-        if key != self._checks_key:
-            self._checks_version += 1
-            self._checks = frozen_map({
-                name: AdmissionCheckObj(name, CONTROLLER_NAME, on, str(self._checks_version))
-                for name, on in active.items()
-            })
-            self._checks_key = key
-        return self._checks
-
-    def _flavor_labels(self, flavor: str) -> Mapping[str, str]:
-        labels = self._labels.get(flavor)
-        if labels is None:
-            labels = self._labels[flavor] = frozen_map({FLAVOR_LABEL: flavor})
-        return labels
-
-    def without_utilization(self, of: Callable[[str], bool] | None = None) -> None:
-        """From now on the GPUs carry no utilization (as with no GPU signal), and a change of it is no
-        change of a node: for a world whose snapshot readers read none.  ``of``: only the GPUs of the
-        pods it selects (by ``"<namespace>/<pod>"``) carry none, for readers that read the others
-        only; the owner then calls ``utilization_changed`` for the others' pods alone.  Before the
-        first snapshot."""
-        if self.builds or self._nodes:
-            raise RuntimeError("simulator: the GPU utilization can be left out only before the first snapshot")
-        if of is None:
-            self._pod_util = None
-        self._unread = of
-
-    def busy_workers_at_mean(self) -> None:
-        """From now on a Ray worker running a task carries its task's mean level (``Job.util``) as its
-        GPU utilization, not the level of the task's current segment, and its view is built again only
-        when its task, readiness or busy state moves: for a world whose readers never read a busy
-        worker's value (the scaling decision reads a worker's utilization only once no task runs on it,
-        unless the utilization target is kept as a floor; ``Engine.busy_worker_utilization``).  Before
-        the first snapshot."""
-        if self.builds or self._workers:
-            raise RuntimeError("simulator: busy workers' utilization can be set only before the first snapshot")
-        self._busy_at_mean = True
-
+    # ---------------------------------------------------------------------------- what changed
     def utilization_changed(self, node: str) -> None:
-        """A pod on ``node`` has a new GPU utilization in ``pod_util``: its NodeState is built anew."""
-        if self._pod_util is None:
-            return  # the GPUs carry no utilization: nothing on the node changed
-        self._util_gen[node] = self._util_gen.get(node, 0) + 1
+        """A pod on ``node`` has a new GPU utilization in ``pod_util``: the node's GPUs are read anew."""
         self._changed.add(node)
 
-    def node_state(self, n: SimNode) -> NodeState:
-        key = (n.version, self._util_gen.get(n.name, 0))
-        cached = self._nodes.get(n.name)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        util, unread = self._pod_util, self._unread
-        old = cached[1].gpus if cached is not None and len(cached[1].gpus) == n.gpus else None
-        gpus = []
-        for i, o in enumerate(n.owner):
-            if not o:
-                u = None if util is None else 0.0  # a free GPU: idle, where the signal is carried
-            elif util is None or (unread is not None and unread(o)):
-                u = None  # this pod's utilization is left out (no reader reads it)
-            else:
-                u = util.get(o, 0.0)
-            healthy = n.healthy[i]
-            prev = old[i] if old is not None else None
-            pod = self._pod_keys.get(o) if o else None
-            if o and pod is None:
-                if len(self._pod_keys) > 8 * self.cluster.total_gpus:
-                    self._pod_keys.clear()
-                pod = self._pod_keys[o] = pod_key(o)
-            if prev is not None and prev.pod is pod and prev.utilization == u and prev.healthy == healthy:
-                gpus.append(prev)  # this GPU is as it was: the GpuState built before
-                continue
-            gpus.append(GpuState(
-                uuid=f"GPU-{n.name}-{i}", node=n.name, index=i, model=GPU_MODEL, healthy=healthy,
-                health_reason="" if healthy else "XidFatal", utilization=u,
-                utilization_source="gpu_util" if u is not None else "", pod=pod,
-            ))
-        state = NodeState(
-            name=n.name, labels=self._flavor_labels(n.flavor), gpu_allocatable=n.gpus,
-            gpu_requested=n.allocated, gpus=tuple(gpus),
-        )
-        self._nodes[n.name] = (key, state)
-        return state
+    def forget(self, w: SimWorkload) -> None:
+        """``w`` is gone (finished or deactivated)."""
+        self._workloads.pop(f"{w.namespace}/{w.name}", None)
+        self._rayjob_pods.pop(w.name, None)
 
-    def workload_state(self, w: SimWorkload) -> WorkloadState:
-        return self._workload_state(f"{w.namespace}/{w.name}", w)
-
-    def _workload_state(self, key: str, w: SimWorkload) -> WorkloadState:
-        """``workload_state`` for the Workload whose key (``WorkloadState.key``) is ``key``."""
+    # ------------------------------------------------------------------------- the watched objects
+    def workload_view(self, w: SimWorkload) -> WorkloadState:
+        key = f"{w.namespace}/{w.name}"
         cached = self._workloads.get(key)
         if cached is not None and cached[0] == w.version:
             return cached[1]
@@ -274,105 +163,21 @@ class SnapshotBuilder:
             flavors=frozen_map({POD_SET: frozen_map({GPU_RESOURCE: w.flavor})}) if w.flavor else frozen_map(),
             admitted_counts=frozen_map({POD_SET: w.job.pods}) if reserved else frozen_map(),
             # owned by its RayJob, by the name its pods carry (``<rayjob>-<i>``), so the stall
-            # detector attributes the pods' GPUs to it as the deployed controller would
+            # detector attributes the pods' GPUs to it as the deployed controller does
             checks=checks, owner_kind="RayJob", owner_name=w.name,
         )
         self._workloads[key] = (w.version, state)
         return state
 
-    def forget(self, w: SimWorkload) -> None:
-        self._workloads.pop(f"{w.namespace}/{w.name}", None)
-
-    def _worker_tuple(self, rc: SimRayCluster, now: float) -> tuple[RayWorker, ...]:
-        """The group's workers by name, each the view built before while it was not touched and its
-        ready/busy state did not flip (``WorkerViews``)."""
-        views = self._ray_workers.get(rc.name)
-        if views is None:
-            views = self._ray_workers[rc.name] = WorkerViews(rc, partial(self._worker, rc))
-        return views.at(now)
-
-    def ray_state(self, rc: SimRayCluster, now: float) -> RayClusterState:
-        """The RayCluster as the controller would see it at ``now``: its worker group and Ray's demand
-        are the previous pass's objects while nothing in them changed; only the signal's time is new."""
-        workers = self._worker_tuple(rc, now)
-        to_delete = tuple(n for n in rc.workers_to_delete if n in rc.workers) if rc.workers_to_delete else ()
-        group_key = (workers, rc.replicas, rc.min_replicas, rc.max_replicas, to_delete)
-        cached = self._ray_groups.get(rc.name)
-        if cached is not None and cached[0] == group_key:
-            group = cached[1]
-        else:
-            group = WorkerGroupState(
-                name=rc.group, replicas=rc.replicas, min_replicas=rc.min_replicas, max_replicas=rc.max_replicas,
-                gpus_per_worker=1, cpu_per_worker=8.0, memory_per_worker=64 * 2**30,
-                ray_resources=_RAY_RESOURCES, workers=workers, workers_to_delete=to_delete,
-            )
-            self._ray_groups[rc.name] = (group_key, group)
-        # Ray reports the pending tasks as one shape with their full count (the scaler packs
-        # identical bundles as one run, so a count of thousands costs no more than one)
-        queued = len(rc.queue)
-        demand = self._ray_demand.get(queued)
-        if demand is None:
-            demand = (RayDemand("task", frozen_map({"GPU": 1.0}), count=queued),) if queued else ()
-            self._ray_demand[queued] = demand
-        return RayClusterState(
-            namespace=rc.namespace, name=rc.name, uid=f"uid-{rc.name}", resource_version=str(rc.version),
-            annotations=RAY_ANNOTATIONS, labels=_RAY_LABELS, in_tree_autoscaler=False, groups=(group,),
-            demand=demand, demand_signal=SignalStatus(f"ray/{rc.namespace}/{rc.name}", now, 60.0),
-            cluster_queue=rc.cq, created_at=0.0,
-        )
-
-    def _worker(self, rc: SimRayCluster, w: SimWorker, now: float) -> RayWorker:
-        ready, busy = w.ready(now), w.busy(now)
-        key = (*w.view_key(self._busy_at_mean), ready, busy)  # (``busy_workers_at_mean``)
-        cached = self._workers.get(w.name)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        u = w.seen_util(now, self._busy_at_mean)
-        state = RayWorker(
-            pod=w.name, node=self.cluster.node_of(f"{rc.namespace}/{w.name}"), phase="Running", ready=ready,
-            created_at=w.created, gpus=1, gpu_utilization=u, cpu_utilization=0.05 + 0.5 * u, ray_busy=w.ray_busy(),
-            ray_running_tasks=w.running_tasks(now),
-        )
-        self._workers[w.name] = (key, state)
-        return state
-
-    def forget_worker(self, name: str) -> None:
-        self._workers.pop(name, None)
-
-    @property
-    def flavors(self) -> Mapping[str, FlavorState]:
-        return self._flavors
-
-    @property
-    def local_queues(self) -> Mapping[str, LocalQueueState]:
-        return self._local_queues
-
-    def cluster_queue_map(self) -> Mapping[str, ClusterQueueState]:
-        """``cluster_queues()`` as a read-only map, rebuilt only when some queue's usage changed (not
-        looked at while Kueue's ``usage_moves`` count is the last one's)."""
-        if self._cq_map is not None and self.kueue.usage_moves == self._cq_moves:
-            return self._cq_map[1]
-        self._cq_moves = self.kueue.usage_moves
-        key = tuple((q.name, tuple(q.usage.items()), tuple(q.nominal.items()), tuple(q.borrowing_limit.items()))
-                    for q in self.kueue.cqs.values())
-        if self._cq_map is None or self._cq_map[0] != key:
-            self._cq_map = (key, frozen_map(self.cluster_queues()))
-        return self._cq_map[1]
-
-    def node_map(self) -> Mapping[str, NodeState]:
-        """Every node's ``NodeState``; only the nodes that changed since the last call are built again (the
-        cluster tells its watchers, ``SimCluster.watchers``; ``utilization_changed`` adds the rest)."""
-        if self._node_map is not None and not self._changed:
-            return self._node_map
-        if self._node_map is None:
-            self._node_states = {n.name: self.node_state(n) for n in self.cluster.nodes}
-        else:  # only the nodes that changed since (the cluster and utilization_changed say which)
-            by_name = self.cluster.by_name
-            for name in self._changed:
-                self._node_states[name] = self.node_state(by_name[name])
-        self._changed.clear()
-        self._node_map = frozen_map(self._node_states)  # a copy: later changes do not reach it
-        return self._node_map
+    def admission_checks(self) -> Mapping[str, AdmissionCheckObj]:
+        """Our AdmissionChecks with their ``Active`` condition (a new resourceVersion when it moves)."""
+        key = tuple(sorted(self.world.checks_active.items()))
+        if self._checks is None or self._checks[0] != key:
+            self._checks_version += 1
+            self._checks = (key, frozen_map({
+                name: AdmissionCheckObj(name, CONTROLLER_NAME, on, str(self._checks_version)) for name, on in key
+            }))
+        return self._checks[1]
 
     def cluster_queues(self) -> dict[str, ClusterQueueState]:
         return {
@@ -384,30 +189,148 @@ class SnapshotBuilder:
             for q in self.kueue.cqs.values()
         }
 
-    def build(self, now: float, workloads: Iterable[SimWorkload], rays: Iterable[SimRayCluster],
-              checks_active: Mapping[str, bool], *, lazy_rays: bool = False,
-              workload_moves: int | None = None) -> ClusterSnapshot:
-        """The snapshot at ``now``; ``lazy_rays``: its RayClusters built at their first read;
-        ``workload_moves``: ``SimKueue.workload_moves`` of ``workloads``' Kueue (the same count as at
-        the last build: no Workload came, went or moved since, and the last map is handed out as it is)."""
-        self.builds += 1
-        if workload_moves is None or workload_moves != self._wl_moves or self._wl_map is None:
-            wls = {}
-            for w in workloads:
-                key = f"{w.namespace}/{w.name}"
-                wls[key] = self._workload_state(key, w)
-            # the previous snapshot's map while every Workload is the very state it held (``kept_map``)
-            self._wl_map = kept_map(self._wl_map, wls)
-            self._wl_moves = workload_moves
-        ray_clusters: Mapping[str, RayClusterState]
-        if lazy_rays:
-            ray_clusters = RayClusterMap(self, tuple(rays), now)
-        else:
-            ray_clusters = frozen_map({f"{rc.namespace}/{rc.name}": self.ray_state(rc, now) for rc in rays})
-        signals = {"gpu": SignalStatus("gpu", now, SIGNAL_STALE_AFTER_S)}
-        return ClusterSnapshot(
-            taken_at=now, nodes=self.node_map(), flavors=self._flavors, cluster_queues=self.cluster_queue_map(),
-            local_queues=self._local_queues, workloads=self._wl_map,
-            admission_checks=self.admission_checks(checks_active),
-            ray_clusters=ray_clusters, signals=frozen_map(signals),
+    @property
+    def flavors(self) -> Mapping[str, FlavorState]:
+        return self._flavors
+
+    @property
+    def local_queues(self) -> Mapping[str, LocalQueueState]:
+        return self._local_queues
+
+    def ray_cluster_view(self, rc: SimRayCluster) -> RayClusterView:
+        """The RayCluster without its workers and demand, as the watch cache holds it."""
+        # (the operator's view of workersToDelete: the names whose pods still exist)
+        to_delete = tuple(n for n in rc.workers_to_delete if n in rc.workers)
+        key = (rc.version, rc.replicas, rc.min_replicas, rc.max_replicas, to_delete)
+        cached = self._ray_views.get(rc.name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        group = WorkerGroupState(
+            name=rc.group, replicas=rc.replicas, min_replicas=rc.min_replicas, max_replicas=rc.max_replicas,
+            gpus_per_worker=1, cpu_per_worker=WORKER_CPU, memory_per_worker=WORKER_MEMORY,
+            ray_resources=_RAY_RESOURCES, workers_to_delete=to_delete,
         )
+        state = RayClusterState(
+            namespace=rc.namespace, name=rc.name, uid=f"uid-{rc.name}", resource_version=str(rc.version),
+            annotations=RAY_ANNOTATIONS, labels=_RAY_LABELS, in_tree_autoscaler=False, groups=(group,),
+            created_at=0.0,
+        )
+        view = RayClusterView(state, dashboard_target(rc))
+        self._ray_views[rc.name] = (key, view)
+        return view
+
+    def worker_views(self, rc: SimRayCluster, now: float) -> tuple[WorkerView, ...]:
+        """The RayCluster's workers in pod-name order: each one's pod and Ray node."""
+        views = self._workers.get(rc.name)
+        if views is None:
+            views = self._workers[rc.name] = WorkerViews(rc, lambda w, t: self._worker_view(rc, w, t))
+        return views.at(now)
+
+    def _worker_view(self, rc: SimRayCluster, w: SimWorker, now: float) -> WorkerView:
+        ready = w.ready(now)
+        pod = PodView(
+            namespace=rc.namespace, name=w.name, node=self.cluster.node_of(f"{rc.namespace}/{w.name}"),
+            phase="Running", ready=ready, deleting=False, ip=None, created_at=w.created, gpu_requests=1,
+            cpu_requests=WORKER_CPU, memory_requests=WORKER_MEMORY, ray_cluster=rc.name, ray_group=rc.group,
+            ray_node_type="worker",
+        )
+        if not ready:
+            return WorkerView(pod, None)  # the raylet has not joined yet
+        held = w.ray_busy()
+        node = RayNodeInfo(
+            node_id=w.name, node_ip="", pod_name=w.name, is_head=False, alive=True, total=_WORKER_TOTAL,
+            available=_WORKER_HELD if held else _WORKER_TOTAL, busy=held, idle_seconds=None,
+            cpu_utilization=0.05 + 0.5 * w.util(now), memory_utilization=None, group=rc.group,
+            running_tasks=w.running_tasks(now),
+        )
+        return WorkerView(pod, node)
+
+    def rayjob_pods(self, w: SimWorkload, start: float) -> tuple[tuple[str, PodView], ...]:
+        """A running RayJob's pods ("<namespace>/<pod>", view), bound since ``start``."""
+        cached = self._rayjob_pods.get(w.name)
+        if cached is not None and cached[0] == start:
+            return cached[1]
+        pods = []
+        for i in range(w.job.pods):
+            key = f"{w.namespace}/{w.name}-{i}"
+            pods.append((key, PodView(
+                namespace=w.namespace, name=f"{w.name}-{i}", node=self.cluster.node_of(key), phase="Running",
+                ready=True, deleting=False, ip=None, created_at=start, gpu_requests=w.job.gpus_per_pod,
+            )))
+        out = tuple(pods)
+        self._rayjob_pods[w.name] = (start, out)
+        return out
+
+    def objects(self, now: float) -> ClusterObjects:
+        """Every watched resource's views now."""
+        world = self.world
+        pods: dict[str, PodView] = {}
+        rays: dict[str, RayClusterView] = {}
+        for rc in world.rays.values():
+            view = self.ray_cluster_view(rc)
+            rays[view.state.key] = view
+            for wv in self.worker_views(rc, now):
+                pods[f"{rc.namespace}/{wv.pod.name}"] = wv.pod
+        for name, start in world.run_start.items():
+            w = world.workloads.get(name)
+            if w is not None:
+                pods.update(self.rayjob_pods(w, start))
+        return ClusterObjects(
+            workloads={f"{w.namespace}/{w.name}": self.workload_view(w) for w in world.workloads.values()},
+            cluster_queues=self.cluster_queues(),
+            local_queues=self._local_queues,
+            flavors=self._flavors,
+            admission_checks=self.admission_checks(),
+            ray_clusters=rays,
+            nodes=self._nodes,
+            pods=pods,
+        )
+
+    # ---------------------------------------------------------------------------------- the signals
+    def gpu_reading(self, now: float) -> GpuReading:
+        """Every GPU as the exporters report it now: health, utilization, the pod holding it."""
+        if self._changed or self._reading is None:
+            by_name = self.cluster.by_name
+            for name in self._changed:
+                self._gpus[name] = self._node_gpus(by_name[name])
+            self._changed.clear()
+            self._reading = GpuReading(tuple(g for n in self.cluster.nodes for g in self._gpus[n.name]), now)
+        elif self._reading.observed_at != now:
+            self._reading = GpuReading(self._reading.gpus, now)
+        return self._reading
+
+    def _node_gpus(self, n: SimNode) -> tuple[GpuState, ...]:
+        util = self._pod_util
+        gpus = []
+        for i, owner in enumerate(n.owner):
+            healthy = n.healthy[i]
+            gpus.append(GpuState(
+                uuid=f"GPU-{n.name}-{i}", node=n.name, index=i, model=GPU_MODEL, healthy=healthy,
+                health_reason="" if healthy else "XidFatal",
+                utilization=util.get(owner, 0.0) if owner else 0.0,  # a free GPU: idle
+                utilization_source="gpu_util", pod=pod_key(owner) if owner else None,
+            ))
+        return tuple(gpus)
+
+    def ray_status(self, rc: SimRayCluster, now: float) -> RayStatus:
+        """Ray's status of the RayCluster now: its pending tasks (one shape with their count, as the
+        state API groups them) and its joined workers."""
+        queued = len(rc.queue)
+        demand = (RayDemand("task", frozen_map({"GPU": 1.0}), count=queued),) if queued else ()
+        nodes = tuple(wv.ray_node for wv in self.worker_views(rc, now) if wv.ray_node is not None)
+        return RayStatus(demand=demand, nodes=nodes, source="state_api", autoscaler_version="v2", observed_at=now)
+
+    def ray_observations(self, now: float) -> dict[str, RayObservation]:
+        return {f"{rc.namespace}/{rc.name}": RayObservation(self.ray_status(rc, now), now)
+                for rc in self.world.rays.values()}
+
+    # ------------------------------------------------------------------------------------ snapshot
+    def build(self, now: float) -> ClusterSnapshot:
+        """The snapshot at ``now``: the controller's ``SnapshotBuilder`` over the inputs above."""
+        self.builds += 1
+        return self._builder.build(self.objects(now), self.gpu_reading(now), self.ray_observations(now), now)
+
+
+def dashboard_target(rc: SimRayCluster) -> RayDashboardTarget:
+    return RayDashboardTarget(rc.namespace, rc.name, f"{rc.name}-head-svc")
+

@@ -16,25 +16,20 @@ GPU readings take the production path: the controller scrapes the demo's exporte
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Coroutine
 from types import MappingProxyType
 from typing import Any
 
-from autoscaler.cluster.views import PodView, RayClusterView, RayDashboardTarget
-from autoscaler.controller.collector import CacheStats
-from autoscaler.controller.snapshot_builder import ClusterObjects
-from autoscaler.core.snapshot import RayDemand
-from autoscaler.signals.ray_parse import RayNodeInfo, RayStatus
+from autoscaler.cluster.source import CacheStats, ClusterObjects, RayDashboardTarget
+from autoscaler.signals.ray_parse import RayStatus
 from exporter.podresources.client import Allocations
 from exporter.sample import PodRef
 from simulator.engine import Engine
 from simulator.ray import SimRayCluster
+from simulator.snapshot import dashboard_target
 
 RESOURCES = ("workloads", "clusterqueues", "localqueues", "resourceflavors", "admissionchecks", "rayclusters",
              "nodes", "pods")
-WORKER_CPU = 8.0
-WORKER_MEMORY = 64 * 2**30
 RAY_WORKER_CONTAINER = "ray-worker"
 RAYJOB_CONTAINER = "ray-job"
 
@@ -54,54 +49,7 @@ class SimClusterSource:
         return self._synced.is_set()
 
     def objects(self) -> ClusterObjects:
-        e = self.engine
-        b = e.snapshots
-        now = e.now
-        workloads = {f"{w.namespace}/{w.name}": b.workload_state(w) for w in e.workloads.values()}
-        rays = {}
-        for rc in e.rays.values():
-            state = b.ray_state(rc, now)
-            bare = dataclasses.replace(state, groups=tuple(dataclasses.replace(g, workers=()) for g in state.groups),
-                                       demand=(), demand_signal=None, cluster_queue=None)
-            rays[state.key] = RayClusterView(bare, self._target(rc))
-        return ClusterObjects(
-            workloads=workloads,
-            cluster_queues=b.cluster_queues(),
-            local_queues=b.local_queues,
-            flavors=b.flavors,
-            admission_checks=b.admission_checks(e.checks_active),
-            ray_clusters=rays,
-            nodes={n.name: b.node_state(n) for n in e.cluster.nodes},
-            pods=self._pods(),
-        )
-
-    @staticmethod
-    def _target(rc: SimRayCluster) -> RayDashboardTarget:
-        return RayDashboardTarget(rc.namespace, rc.name, f"{rc.name}-head-svc")
-
-    def _pods(self) -> dict[str, Any]:
-        e = self.engine
-        out: dict[str, Any] = {}
-        for rc in e.rays.values():
-            for w in rc.workers.values():
-                pod = f"{rc.namespace}/{w.name}"
-                out[pod] = PodView(
-                    namespace=rc.namespace, name=w.name, node=e.cluster.node_of(pod), phase="Running",
-                    ready=w.ready(e.now), deleting=False, ip=None, created_at=w.created, gpu_requests=1,
-                    cpu_requests=WORKER_CPU, memory_requests=WORKER_MEMORY, ray_cluster=rc.name,
-                    ray_group=rc.group, ray_node_type="worker",
-                )
-        for name, start in e.run_start.items():
-            w = e.workloads.get(name)
-            if w is None:
-                continue
-            for i in range(w.job.pods):
-                pod = f"{w.namespace}/{w.name}-{i}"
-                out[pod] = PodView(
-                    namespace=w.namespace, name=f"{w.name}-{i}", node=e.cluster.node_of(pod), phase="Running",
-                    ready=True, deleting=False, ip=None, created_at=start, gpu_requests=w.job.gpus_per_pod,
-                )
-        return out
+        return self.engine.snapshots.objects(self.engine.now)
 
     def observed_at(self, now: float) -> dict[str, float | None]:
         return dict.fromkeys(RESOURCES, now if self.synced else None)
@@ -118,7 +66,7 @@ class SimClusterSource:
         return [CacheStats(r, counts[r], self.synced) for r in RESOURCES]
 
     def ray_targets(self) -> dict[str, RayDashboardTarget | None]:
-        return {f"{rc.namespace}/{rc.name}": self._target(rc) for rc in self.engine.rays.values()}
+        return {f"{rc.namespace}/{rc.name}": dashboard_target(rc) for rc in self.engine.rays.values()}
 
     def runners(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
         return []
@@ -140,24 +88,7 @@ class SimRayClient:
         rc = self.engine.find_ray_cluster(target.namespace, target.cluster)
         if rc is None:
             raise LookupError(f"no RayCluster {target.namespace}/{target.cluster}")
-        t = self.engine.now
-        demand = (RayDemand("task", MappingProxyType({"GPU": 1.0}), count=len(rc.queue)),) if rc.queue else ()
-        nodes = []
-        for w in sorted(rc.workers.values(), key=lambda x: x.name):
-            if not w.ready(t):
-                continue  # the raylet has not joined yet
-            u = w.util(t)
-            used = 1.0 if w.ray_busy() else 0.0
-            nodes.append(RayNodeInfo(
-                node_id=w.name, node_ip="", pod_name=w.name, is_head=False, alive=True,
-                total=MappingProxyType({"GPU": 1.0, "CPU": WORKER_CPU}),
-                available=MappingProxyType({"GPU": 1.0 - used, "CPU": WORKER_CPU * (1.0 - used)}),
-                busy=w.ray_busy(), idle_seconds=None if w.ray_busy() else max(0.0, t - w.idle_since),
-                cpu_utilization=0.05 + 0.5 * u, memory_utilization=None, group=rc.group,
-                running_tasks=w.running_tasks(t),
-            ))
-        return RayStatus(demand=demand, nodes=tuple(nodes), source="state_api", autoscaler_version="v2",
-                         observed_at=now)
+        return self.engine.snapshots.ray_status(rc, self.engine.now)
 
 
 class SimPodResources:

@@ -171,7 +171,7 @@ class World:
                 gpus.append(GpuState(
                     uuid=f"GPU-{n.name}-{i}", node=n.name, index=i, healthy=(n.name, i) not in self.unhealthy,
                     health_reason="xid_79" if (n.name, i) in self.unhealthy else "",
-                    utilization=self.gpu_util.get(owner, 0.0) if owner else 0.0,
+                    utilization=self.gpu_util.get(owner, 0.0) if owner else 0.0, utilization_source="gpu_util",
                     pod=PodKey(*owner) if owner else None))
         reading = GpuReading(tuple(gpus), now if gpu_fresh else now - 3600)
         ray = {}

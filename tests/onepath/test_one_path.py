@@ -7,7 +7,7 @@ The scenario is played twice, step by step, with the controller's own reconciler
   the test plays Kueue and KubeRay (``tests/decisions/kube_world.py``), and snapshots come from the
   controller's views + ``build_snapshot``;
 - **sim**: ``SimWriter`` on the simulator's engine, which plays Kueue and KubeRay itself, and
-  snapshots come from the simulator's snapshot builder.
+  snapshots come from the simulator's inputs (``SimSnapshotBuilder``) through the same ``build_snapshot``.
 
 Both worlds hold the same objects under the same names.  After every pass the decisions (state or
 direction, reason, message, write outcome), the Events (object, type, reason, message) and the
@@ -30,7 +30,6 @@ from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.core.snapshot import RayDemand, frozen_map
 from simulator.engine import Engine, SimConfig
 from simulator.kueue import SimWorkload
-from simulator.snapshot import SnapshotBuilder
 from simulator.workload import Job
 from tests.decisions import kube_world as k
 
@@ -51,9 +50,6 @@ class SimSide:
         cfg = SimConfig(nodes=2, gpus_per_node=8, teams=TEAMS, flavor=FLAVOR)
         self.engine = Engine([], 10 * 86400.0, "queuepilot", cfg)
         self.engine.context.settings.update(SETTINGS)
-        # the kube side's nodes carry no exporter series: neither do the sim side's (no GPU signal on
-        # the GPUs; the workers' utilization comes from Ray on both sides)
-        self.engine.snapshots = SnapshotBuilder(self.engine.cluster, self.engine.kueue, self.engine.policy.with_check)
         # the reconcilers read their settings at construction: build them again with the scenario's
         self.admission, self.scaling = _pair(build_reconcilers(self.engine.context))
         self.engine.now = T0

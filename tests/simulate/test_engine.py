@@ -109,7 +109,7 @@ def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
     from autoscaler.controller.scaling import ScalingReconciler
     from simulator.writer import SimWriter
 
-    e = Engine(_small_jobs(6.0), 6 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS, stall_report=True))
+    e = Engine(_small_jobs(6.0), 6 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS))
     m = e.run()
     assert isinstance(e.admission, AdmissionReconciler) and isinstance(e.scaling, ScalingReconciler)
     assert isinstance(e.admission.writer, SimWriter) and e.scaling.writer is e.admission.writer
@@ -163,266 +163,55 @@ def _run_both(jobs, hours: float, policy: str, flag: str, **config) -> dict[bool
     return runs
 
 
-@pytest.mark.parametrize("policy", ["queuepilot", "ray-idle"])
-def test_a_report_only_stall_detector_changes_no_number(policy):
-    """``SimConfig.stall_report``: with nothing opted in to deactivation the stall detector only posts
-    Events and sets gauges, so leaving it out (the default) gives the same summary; the run with it
-    did report stalls (else the comparison would say nothing)."""
-    # the synthetic mix, and an 8-GPU RayJob that stalls 2000 s into its run (so a stall is reported)
-    prof = PhasedProfile(key=7, end=10_000.0, start_end=0.0, start_util=0.9, stall_start=2000.0, idle_p=0.0,
-                         levels=(0.9,))
-    jobs = sorted([*_small_jobs(12.0, seed=5), Job(10**6, TEAMS[0], 600.0, 10_000.0, 8, 0.9, 0.0, prof)],
-                  key=lambda j: j.submit)
-    runs = _run_both(jobs, 12.0, policy, "stall_report")
-    quiet, loud = runs[False][0], runs[True][0]
-    assert quiet.stall is None and loud.stall is not None
-    assert loud.writer.event_counts[("Workload", "Warning", "StalledWorkload")] > 0
-    assert runs[False][1] == runs[True][1]
+@pytest.mark.parametrize(("policy", "stall"), [("queuepilot", False), ("queuepilot-reclaim", True),
+                                               ("kueue-quota", False), ("hpa", False), ("ray-idle", False)])
+def test_every_policy_reads_every_gpu_and_worker_as_it_runs_now(policy, stall):
+    """Whatever the policy, each pass's snapshot is the whole of what the controller would read: every
+    GPU of a running RayJob's pod carries its job's utilization now, every Ray worker its task's level
+    now (through the GPU signal, joined by pod as the controller joins it), every free GPU 0, and every
+    RayCluster is there with its workers and Ray's demand."""
+    cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, stall_reclaim=stall)
+    e = Engine(_small_jobs(12.0, seed=9), 12 * 3600.0, policy, cfg)
+    checked = {"rayjob": 0, "busy": 0, "free": 0, "moved": 0}
+    build = e.snapshots.build
 
-
-def _same_events(with_feed: Engine, without: Engine) -> None:
-    """The same Events but the feed's, in the same order, for the same objects at the same times; a
-    message differs only where it named the GPU series the scaler's workers were measured by."""
-    feed_reasons = {"RecommendationChanged"}
-    assert ({k: v for k, v in with_feed.writer.event_counts.items() if k[2] not in feed_reasons}
-            == without.writer.event_counts)
-    mine = [e for e in with_feed.writer.events if e.reason not in feed_reasons]
-    theirs = list(without.writer.events)
-    assert len(mine) == len(theirs) > 0
-    for a, b in zip(mine, theirs, strict=True):
-        assert (a.kind, a.namespace, a.name, a.type, a.reason, a.at) == (b.kind, b.namespace, b.name, b.type,
-                                                                          b.reason, b.at)
-        # the scaler's words for a GPU whose series it names, and for one it cannot name
-        named = a.message.replace("GPU gpu_util", "GPU")
-        unnamed = b.message.replace("GPU use", "GPU").replace("the GPU", "GPU")
-        assert a.message == b.message or ("gpu_util" in a.message and named == unnamed), (a, b)
-
-
-@pytest.mark.parametrize("policy", ["queuepilot-reclaim", "kueue-quota", "static", "hpa", "ray-idle", "keda"])
-def test_leaving_the_right_sizing_feed_out_changes_no_number(policy):
-    """``SimConfig.rightsizing``: the right-sizing feed only publishes recommendations (and posts
-    Events), which no decision reads, so a run without it (the policy benchmarks') gives the same
-    summary and the same Events; the run with it did recommend, and the admission check (where the
-    policy has it) did decide (else the comparison would say nothing).  Without the feed or the stall
-    detector no reconciler reads the GPUs' utilization on a snapshot (the scaler names its series in
-    its messages, no more), so the snapshot's GPUs carry none (``Engine.snapshot_utilization``): that
-    too changes no decision, and no Event but for the series' name in a scaler's message."""
-    runs = _run_both(_small_jobs(30.0, seed=6), 30.0, policy, "rightsizing")
-    with_feed, without = runs[True][0], runs[False][0]
-    assert with_feed.recommend is not None and without.recommend is None
-    recs = with_feed.context.published.recommendations
-    assert any(r.recommended_gpus_per_worker is not None for r in recs), recs
-    assert not without.context.published.recommendations
-    assert with_feed.snapshot_utilization and not without.snapshot_utilization
-    assert all(g.utilization is None for n in without.snapshot(without.now).nodes.values() for g in n.gpus)
-    admission = {k: v for k, v in with_feed.writer.event_counts.items() if k[0] == "Workload"}
-    assert admission.get(("Workload", "Normal", "CapacityConfirmed"), 0) > 0 or not with_feed.policy.with_check
-    _same_events(with_feed, without)
-    if with_feed.scaling is not None:  # the scaler decided something worth an Event in both runs
-        assert any(k[0] == "RayCluster" for k in without.writer.event_counts), without.writer.event_counts
-    assert runs[True][1] == runs[False][1]
-
-
-@pytest.mark.parametrize("policy", ["queuepilot", "queuepilot-reclaim"])
-def test_with_stall_reclaim_and_no_feed_only_the_workloads_gpus_carry_utilization(policy):
-    """The stall detector reads the utilization of the GPUs it attributes to a Workload's pods (here a
-    RayJob's: no Workload owns a team's RayCluster); without the feed a Ray worker's GPUs carry none
-    (``Engine.worker_gpu_utilization``), and the run is the same: summary, Events (the stall
-    detector's Warning and its deactivation among them) and the deactivated Workloads."""
-    # the synthetic mix, and an 8-GPU RayJob that stalls 2000 s into its run (deactivated 30 min on)
-    prof = PhasedProfile(key=7, end=20_000.0, start_end=0.0, start_util=0.9, stall_start=2000.0, idle_p=0.0,
-                         levels=(0.9,))
-    jobs = sorted([*_small_jobs(12.0, seed=5), Job(10**6, TEAMS[0], 600.0, 20_000.0, 8, 0.9, 0.0, prof)],
-                  key=lambda j: j.submit)
-    runs = _run_both(jobs, 12.0, policy, "rightsizing", stall_reclaim=True, stall_deactivate_after_s=1800.0)
-    with_feed, without = runs[True][0], runs[False][0]
-    assert with_feed.worker_gpu_utilization and not without.worker_gpu_utilization
-    assert without.snapshot_utilization and without.stall is not None
-    assert without.writer.event_counts[("Workload", "Warning", "StalledWorkload")] > 0
-    assert runs[False][1]["stall_deactivations"] > 0, runs[False][1]
-    _same_events(with_feed, without)
-    assert runs[True][1] == runs[False][1]
-
-
-def test_the_snapshot_carries_the_gpus_utilization_where_the_stall_detector_reads_it():
-    """With the stall detector on (reclaim or report only) and the feed left out, the GPUs of the
-    RayJobs' pods carry the utilization their jobs run at as the detector reads it (the value under its
-    threshold, 1.0 at or over it: ``Engine.busy_utilization_from``), and a Ray worker's GPUs none."""
-    for flags in ({"stall_reclaim": True}, {"stall_report": True}):
-        cfg = SimConfig(nodes=4, teams=TEAMS, rightsizing=False, **flags)
-        e = Engine(_small_jobs(6.0, seed=3), 6 * 3600.0, "queuepilot", cfg)
-        assert e.stall is not None and e.snapshot_utilization and not e.worker_gpu_utilization, flags
-        threshold = e.stall.config.gpu_utilization
-        assert e.busy_utilization_from == threshold
-        seen: dict[bool, list[float | None]] = {True: [], False: []}  # a Ray worker's pod -> its GPUs
-        carried: list[tuple[float | None, float]] = []  # a RayJob pod's GPU: (carried, its job's now)
-        e.run()
-        for n in e.snapshot(e.now).nodes.values():
+    def checking_build(now):
+        snap = build(now)
+        for n in snap.nodes.values():
             for g in n.gpus:
-                if g.pod is not None:
-                    seen[e.ray_worker_pod(f"{g.pod.namespace}/{g.pod.name}")].append(g.utilization)
-                    w = e.workloads.get(g.pod.name.rsplit("-", 1)[0])
-                    if w is not None and w.name in e.run_start:
-                        carried.append((g.utilization, e.rayjob_util(w, e.run_start[w.name])))
-        assert seen[False] and all(u is not None for u in seen[False]), (flags, seen)
-        assert seen[True] and all(u is None for u in seen[True]), (flags, seen)
-        assert carried and all(c == (u if u < threshold else 1.0) for c, u in carried), (flags, carried)
-        assert any(u >= threshold for _, u in carried), carried  # a busy job among them
-    # with the feed (another reader of the values) every value is carried as it is
-    e = Engine(_small_jobs(2.0, seed=3), 2 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
-    assert e.recommend is not None and e.busy_utilization_from is None
+                assert g.utilization is not None and g.utilization_source == "gpu_util"
+                if g.pod is None:
+                    checked["free"] += g.utilization == 0.0
+                    continue
+                w = e.workloads.get(g.pod.name.rsplit("-", 1)[0])
+                if w is not None and w.name in e.run_start:
+                    assert g.utilization == e.rayjob_util(w, e.run_start[w.name])
+                    checked["rayjob"] += 1
+        for rc in e.rays.values():
+            state = snap.ray_clusters[f"{rc.namespace}/{rc.name}"]
+            assert sum(d.count for d in state.demand) == len(rc.queue)
+            workers = {rw.pod: rw for rw in state.groups[0].workers}
+            assert set(workers) == set(rc.workers)
+            for name, wk in rc.workers.items():
+                rw = workers[name]
+                if rw.node is not None:
+                    assert rw.gpu_utilization == wk.util(now)
+                if wk.busy(now):
+                    checked["busy"] += 1
+                    checked["moved"] += wk.util(now) != wk.task.util
+        return snap
 
-
-def _busy_levels(e: Engine) -> list[tuple[float | None, float, float]]:
-    """Record, wherever ``e``'s scaler looks (the controller's snapshot, a baseline's group view), every
-    busy Ray worker's (carried utilization, its task's mean level, its level now)."""
-    seen: list[tuple[float | None, float, float]] = []
-
-    def note(rc, name: str, carried: float | None, now: float) -> None:
-        wk = rc.workers.get(name)
-        if wk is not None and wk.task is not None and wk.busy(now):
-            seen.append((carried, wk.task.util, wk.util(now)))
-
-    if e.policy.baseline is None:
-        build = e.snapshot
-
-        def snapshot(now: float, **kw):
-            snap = build(now, **kw)
-            for rc in e.rays.values():
-                for rw in snap.ray_clusters[f"{rc.namespace}/{rc.name}"].groups[0].workers:
-                    note(rc, rw.pod, rw.gpu_utilization, now)
-            return snap
-
-        e.snapshot = snapshot  # type: ignore[method-assign]
-    else:
-        view = e.group_view
-
-        def group_view(team: str, now: float):
-            v = view(team, now)
-            for w in v.workers:
-                note(e.rays[team], w.name, w.util, now)
-            return v
-
-        e.group_view = group_view  # type: ignore[method-assign]
-    return seen
-
-
-def _with_spare_for_target(monkeypatch) -> None:
-    """Every queuepilot policy with ``scaling.keep_spare_for_target: true`` (the utilization target kept
-    as a floor, which reads every ready worker's utilization)."""
-    import simulator.engine as engine_mod
-
-    real = engine_mod.make_policy
-
-    def make(name, teams, static_replicas):
-        p = real(name, teams, static_replicas)
-        if p.queuepilot_scaling:
-            p.settings = {**p.settings, "scaling": {**p.settings.get("scaling", {}), "keep_spare_for_target": True}}
-        return p
-
-    monkeypatch.setattr(engine_mod, "make_policy", make)
-
-
-@pytest.mark.parametrize(("policy", "stall"), [("queuepilot-reclaim", False), ("queuepilot-reclaim", True),
-                                               ("ray-idle", False), ("keda", False), ("static", False)])
-def test_a_busy_workers_level_steps_change_no_number_where_no_reader_reads_them(policy, stall, monkeypatch):
-    """Without the right-sizing feed, under the controller's scaler (no utilization floor) or a baseline
-    whose scaler reads no worker's level (all but hpa), a Ray worker running a task carries its task's
-    mean level, and a step of the task's level moves no worker's view (``Engine.busy_worker_utilization``):
-    the same summary and the very same Events (messages and times too) as a run in which every busy
-    worker carries its level of the moment.  The levels did step while workers were busy (else the
-    comparison would say nothing); the controller's scaler removed idle workers and replaced idle actors."""
-    jobs = _small_jobs(24.0, seed=9)
-    cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, rightsizing=False, stall_reclaim=stall)
-    at_mean = Engine(jobs, 24 * 3600.0, policy, cfg)
-    assert not at_mean.busy_worker_utilization
-    seen = _busy_levels(at_mean)
-    at_mean_summary = at_mean.run().summary()
-    assert seen and all(carried == mean for carried, mean, _ in seen)
-    assert any(now != mean for _, mean, now in seen)  # the levels stepped under the carried mean
-    monkeypatch.setattr(Engine, "_reads_busy_worker_utilization", lambda self: True)  # as if a reader read them
-    every = Engine(jobs, 24 * 3600.0, policy, cfg)
-    assert every.busy_worker_utilization
-    seen_every = _busy_levels(every)
-    every_summary = every.run().summary()
-    assert seen_every and all(carried == now for carried, _, now in seen_every)
-    if every.scaling is not None:  # idle workers removed and idle actors replaced: decisions that read a level
-        reasons = {k[2] for k in every.writer.event_counts if k[0] == "RayCluster"}
-        assert {"IdleWorkers", "IdleWorkersReplaced", "PendingDemand"} <= reasons, every.writer.event_counts
-    assert at_mean.writer.event_counts == every.writer.event_counts
-    assert list(at_mean.writer.events) == list(every.writer.events)
-    assert at_mean_summary == every_summary
-
-
-def test_busy_workers_carry_their_level_where_something_reads_it(monkeypatch):
-    """The right-sizing feed, hpa (it averages the levels) and a utilization floor read a busy worker's
-    level: there every worker carries its level of the moment; elsewhere none is read.  The floor does
-    read it: a run that carried the mean there would decide otherwise (so the rule must leave it out)."""
-    for policy, rightsizing, reads in (("queuepilot", True, True), ("ray-idle", True, True), ("hpa", False, True),
-                                       ("queuepilot", False, False), ("kueue-quota", False, False),
-                                       ("ray-idle", False, False), ("keda", False, False), ("static", False, False)):
-        e = Engine(_small_jobs(1.0), 3600.0, policy, SimConfig(nodes=4, teams=TEAMS, rightsizing=rightsizing))
-        assert e.busy_worker_utilization is reads, (policy, rightsizing)
-    _with_spare_for_target(monkeypatch)
-    jobs = _small_jobs(24.0, seed=9)
-    cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.2, seed=4, rightsizing=False)
-    every = Engine(jobs, 24 * 3600.0, "queuepilot", cfg)
-    assert every.scaling is not None and every.scaling.defaults.keep_spare_for_target
-    assert every.busy_worker_utilization
-    every_summary = every.run().summary()
-    monkeypatch.setattr(Engine, "_reads_busy_worker_utilization", lambda self: False)  # the rule, wrongly applied
-    at_mean = Engine(jobs, 24 * 3600.0, "queuepilot", cfg)
-    assert not at_mean.busy_worker_utilization
-    at_mean_summary = at_mean.run().summary()
-    assert (at_mean_summary, list(at_mean.writer.events)) != (every_summary, list(every.writer.events))
-
-
-@pytest.mark.parametrize("policy", ["queuepilot", "queuepilot-reclaim", "static", "ray-idle", "keda"])
-def test_an_admission_pass_on_unchanged_workloads_decides_what_the_full_pass_decides(policy, monkeypatch):
-    """A pass whose snapshot holds the last quiet pass's very Workload map (nothing decided, nothing
-    reserved) stops before deciding (``AdmissionReconciler._nothing_moved``); a run that decides every
-    pass in full gives the same summary and the very same Events (messages and times too).  The
-    quiet passes were many and the check decided (else the comparison would say nothing)."""
-    from autoscaler.controller.admission import AdmissionReconciler
-
-    jobs = _small_jobs(24.0, seed=8)
-    cfg = SimConfig(nodes=6, teams=TEAMS, gpu_failure_rate=0.3, seed=5, rightsizing=False)
-    quick = Engine(jobs, 24 * 3600.0, policy, cfg)
-    quick_summary = quick.run().summary()
-    monkeypatch.setattr(AdmissionReconciler, "_nothing_moved", lambda self, snapshot: False)
-    full = Engine(jobs, 24 * 3600.0, policy, cfg)
-    full_summary = full.run().summary()
-    assert quick.admission is not None and full.admission is not None
-    assert full.admission.quiet_passes == 0
-    assert quick.admission.quiet_passes > quick.snapshots.builds // 4, (quick.admission.quiet_passes,
-                                                                        quick.snapshots.builds)
-    assert quick.writer.event_counts[("Workload", "Normal", "CapacityConfirmed")] > 0
-    assert quick.writer.event_counts == full.writer.event_counts
-    assert list(quick.writer.events) == list(full.writer.events)
-    assert quick_summary == full_summary
-
-
-def test_the_snapshot_keeps_its_workload_map_while_no_workload_moved():
-    """The snapshot builder hands out the last snapshot's Workload map while every Workload is the
-    state it holds, and a new one (equal to a fresh build) as soon as one moves."""
-    e = Engine(_small_jobs(6.0, seed=3), 6 * 3600.0, "static", SimConfig(nodes=4, teams=TEAMS, rightsizing=False))
+    e.snapshots.build = checking_build  # type: ignore[method-assign]
     e.run()
-    first = e.snapshot(e.now).workloads
-    assert first and e.snapshot(e.now).workloads is first
-    w = next(iter(e.workloads.values()))
-    e.kueue.moved(w)  # the Workload moved (a new resourceVersion)
-    moved = e.snapshot(e.now).workloads
-    assert moved is not first and moved.keys() == first.keys()
-    key = f"{w.namespace}/{w.name}"
-    assert moved[key] is not first[key] and moved[key].resource_version == str(w.version)
-    assert all(moved[k] is first[k] for k in first if k != key)
+    assert min(checked.values()) > 0, checked  # busy workers whose level moved off its mean among them
 
 
-def test_the_stall_detector_runs_where_it_may_deactivate():
+def test_the_stall_detector_deactivates_only_where_opted_in():
     on = Engine(_small_jobs(2.0), 2 * 3600.0, "queuepilot", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
     baseline = Engine(_small_jobs(2.0), 2 * 3600.0, "ray-idle", SimConfig(nodes=4, teams=TEAMS, stall_reclaim=True))
     assert on.stall is not None and on.stall.config.deactivate_cluster_queues
-    assert baseline.stall is None  # a baseline opts nothing in: the detector could only report
+    # a baseline opts nothing in: the detector runs and reports, as in a cluster that did not opt in
+    assert baseline.stall is not None and not baseline.stall.config.deactivate_cluster_queues
 
 
 def test_a_tasks_end_keeps_its_place_among_same_time_events_when_its_level_steps():
@@ -435,7 +224,7 @@ def test_a_tasks_end_keeps_its_place_among_same_time_events_when_its_level_steps
                != PhasedProfile(k, 900.0, 0.0, 0.5, None, 0.0, (0.2, 0.9)).util_at(600.0))
     prof = PhasedProfile(key, 900.0, 0.0, 0.5, None, 0.0, (0.2, 0.9))
     job = Job(1, TEAMS[0], 0.0, 900.0, 1, 0.5, 0.0, prof)
-    e = Engine([job], 3600.0, "static", SimConfig(nodes=1, teams=TEAMS, rightsizing=False))
+    e = Engine([job], 3600.0, "static", SimConfig(nodes=1, teams=TEAMS))
     order: list[tuple[float, str]] = []
     e._on_probe = lambda data: order.append((e.now, data))  # type: ignore[attr-defined]
     handle_end = e._on_busy_end

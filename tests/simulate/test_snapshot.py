@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import pytest
-
 from simulator.engine import Engine, SimConfig
 from simulator.workload import SyntheticParams, synthetic
 
@@ -42,52 +40,3 @@ def test_snapshot_matches_cluster_kueue_and_ray_state():
         assert sum(d.count for d in s.demand) == len(rc.queue)  # the full count: no cap
     pending = [w for w in snap.workloads.values() if w.pending]
     assert len(pending) == sum(1 for w in e.workloads.values() if w.state in ("pending", "reserved", "admitted"))
-
-
-
-def _counting_ray_state(e: Engine) -> list[str]:
-    """Each RayCluster the engine's snapshot builder builds from now on, by name."""
-    built: list[str] = []
-    ray_state = e.snapshots.ray_state
-
-    def counted(rc, now):
-        built.append(rc.name)
-        return ray_state(rc, now)
-
-    e.snapshots.ray_state = counted
-    return built
-
-
-def test_a_pass_snapshot_builds_its_rayclusters_at_their_first_read_as_they_were():
-    e = _engine("ray-idle")
-    e.start()
-    asyncio.run(e.advance(5 * 3600.0))
-    built = _counting_ray_state(e)
-    lazy = e.snapshot(e.now, pass_only=True)
-    assert len(lazy.ray_clusters) == len(e.rays) and set(lazy.ray_clusters) == {
-        f"{rc.namespace}/{rc.name}" for rc in e.rays.values()}
-    assert built == []  # keys and length need no RayCluster built
-    eager = e.snapshot(e.now)
-    assert len(built) == len(e.rays)
-    with pytest.raises(RuntimeError, match="moved between a snapshot"):
-        lazy.ray_clusters["team-a/team-a-ray"]  # read after a later snapshot: refused, not stale
-    lazy = e.snapshot(e.now, pass_only=True)
-    assert lazy == eager and dict(lazy.ray_clusters) == dict(eager.ray_clusters)
-    rc = e.rays["team-a"]
-    later = e.snapshot(e.now, pass_only=True)
-    rc.queue.append(rc.queue[0] if rc.queue else (e.jobs[0], e.now))  # Ray's demand moved before the read
-    with pytest.raises(RuntimeError, match="moved between a snapshot"):
-        later.ray_clusters.get("team-a/team-a-ray")
-
-
-def test_a_baseline_run_builds_rayclusters_only_when_a_reconciler_reads_them():
-    """Under a baseline only the right-sizing feed (every few minutes) reads the RayClusters: the other
-    control passes build none, and the run's results are those of a run that builds them every pass."""
-    lazy, eager = _engine("ray-idle"), _engine("ray-idle")
-    built = _counting_ray_state(lazy)
-    eager.snapshot = lambda now, pass_only=False, _s=eager.snapshot: _s(now)  # every pass: all built
-    lazy.run()
-    eager.run()
-    assert lazy.metrics.summary() == eager.metrics.summary()
-    ticks = 8 * 3600.0 / lazy.cfg.control_interval_s
-    assert 0 < len(built) < 0.25 * ticks * len(lazy.rays)
