@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Any
 
+from autoscaler.core.policy.annotations import parse_policy_annotations
 from autoscaler.core.snapshot import (
     GPU_RESOURCE,
     AdmissionCheckObj,
@@ -492,12 +493,14 @@ def ray_cluster_view(obj: Mapping[str, Any]) -> RayClusterView:
             )
         )
     ns = str(md.get("namespace", ""))
+    annotations = _str_map(md.get("annotations"), "metadata.annotations")
     state = RayClusterState(
         namespace=ns,
         name=md["name"],
         uid=str(md.get("uid", "")),
         resource_version=str(md.get("resourceVersion", "")),
-        annotations=_str_map(md.get("annotations"), "metadata.annotations"),
+        annotations=annotations,
+        policy_annotations=parse_policy_annotations(annotations),  # once per object version
         labels=_str_map(md.get("labels"), "metadata.labels"),
         in_tree_autoscaler=spec.get("enableInTreeAutoscaling") is True,
         suspended=spec.get("suspend") is True,

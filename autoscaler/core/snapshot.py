@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from autoscaler.core.policy.annotations import PolicyAnnotations
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -337,6 +340,15 @@ class RayClusterState:
     demand_signal: SignalStatus | None = None  # freshness of the Ray demand for this cluster
     cluster_queue: str | None = None  # via the queue-name label's LocalQueue
     created_at: float | None = None
+    # the queuepilot.io/ policy annotations, parsed once where the object is parsed (from
+    # ``annotations`` when not given; ``dataclasses.replace`` hands the parse on)
+    policy_annotations: PolicyAnnotations | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy_annotations is None:
+            from autoscaler.core.policy.annotations import parse_policy_annotations
+
+            object.__setattr__(self, "policy_annotations", parse_policy_annotations(self.annotations))
 
     @property
     def key(self) -> str:

@@ -241,3 +241,24 @@ def test_ray_signal_annotations_are_known_and_not_warned_about():
     assert warnings == ()
     _, warnings = policy_from_annotations({"queuepilot.io/ray-token-secrt": "ray-token"}, ScalingDefaults())
     assert len(warnings) == 1 and "ray-token-secrt" in warnings[0]
+
+
+def test_a_raycluster_parses_its_annotations_once_and_hands_the_parse_on():
+    """The view parser (or whoever makes the state) parses the annotations; the snapshot builder's
+    ``dataclasses.replace`` keeps that parse, and the decision applies it to the defaults it is given."""
+    from dataclasses import replace
+
+    from autoscaler.core.policy.annotations import parse_policy_annotations
+    from autoscaler.core.snapshot import RayClusterState
+
+    notes = {"queuepilot.io/autoscale": "true", "queuepilot.io/idle-window": "4m",
+             "queuepilot.io/scale-down-policy": "Pods:2:30", "queuepilot.io/nonsense": "x"}
+    rc = RayClusterState("ns", "rc", "uid", "1", annotations=notes)
+    assert rc.policy_annotations == parse_policy_annotations(notes)
+    later = replace(rc, demand=(), resource_version="2")
+    assert later.policy_annotations is rc.policy_annotations
+    for defaults in (D, replace(D, down_after_up_seconds=D.down_after_up_seconds + 60)):
+        assert rc.policy_annotations.apply(defaults) == policy_from_annotations(notes, defaults)
+    policy, warnings = rc.policy_annotations.apply(D)
+    assert policy.idle_window_seconds == 240 and policy.scale_down.policies[0].value == 2
+    assert len(warnings) == 1 and "nonsense" in warnings[0]

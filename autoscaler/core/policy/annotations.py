@@ -1,9 +1,11 @@
 """Per-RayCluster policy overrides from ``queuepilot.io/*`` annotations.
 
-``policy_from_annotations(annotations, defaults) -> (ScalingDefaults, warnings)``: every annotation
-that parses overrides its default; one that does not (or an unknown ``queuepilot.io/`` key, most
-likely a typo) leaves the default in place and adds a warning, which the scaler turns into a
-Warning Event ``MalformedAnnotation`` on the RayCluster.
+``parse_policy_annotations(annotations) -> PolicyAnnotations`` reads the text once, where the
+RayCluster is parsed (its ``RayClusterState.policy_annotations``); ``PolicyAnnotations.apply(defaults)
+-> (ScalingDefaults, warnings)`` puts them over the controller's defaults at each decision: every
+annotation that parses and fits overrides its default; one that does not (or an unknown
+``queuepilot.io/`` key, most likely a typo) leaves the default in place and adds a warning, which the
+scaler turns into a Warning Event ``MalformedAnnotation`` on the RayCluster.
 
 Formats (docs/autoscaling.md has examples):
 
@@ -45,11 +47,12 @@ known, so they give no "unknown annotation" warning.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from autoscaler.core.policy.behavior import ScalingRules
 from autoscaler.core.policy.config import (
     MAX_RECLAIM_BUDGET,
+    RulesPatch,
     ScalingDefaults,
     brief_repr,
     format_rules,
@@ -58,50 +61,33 @@ from autoscaler.core.policy.config import (
     parse_duration,
     parse_fraction,
     parse_ratio,
-    parse_rules,
+    parse_rules_text,
 )
 from autoscaler.core.snapshot import AUTOSCALE_ANNOTATION
 
 PREFIX = "queuepilot.io/"
 
-# Applies one annotation value to the policy so far; raises ValueError when the value is malformed
-# (the dataclass's own checks catch values that parse but do not fit, e.g. a window past its limit).
-Setter = Callable[[str, ScalingDefaults], ScalingDefaults]
-
-# annotation -> (the field it sets, for the warning; how it sets it)
-_FIELDS: dict[str, tuple[str, Setter]] = {
-    PREFIX + "target-gpu-utilization": (
-        "target_gpu_utilization", lambda v, p: replace(p, target_gpu_utilization=parse_ratio(v))),
-    PREFIX + "idle-gpu-utilization": (
-        "idle_gpu_utilization", lambda v, p: replace(p, idle_gpu_utilization=parse_ratio(v))),
-    PREFIX + "idle-window": (
-        "idle_window_seconds", lambda v, p: replace(p, idle_window_seconds=parse_duration(v))),
-    PREFIX + "pressured-idle-window": (
-        "pressured_idle_window_seconds", lambda v, p: replace(p, pressured_idle_window_seconds=parse_duration(v))),
-    PREFIX + "queue-pressure-wait": (
-        "queue_pressure_wait_seconds", lambda v, p: replace(p, queue_pressure_wait_seconds=parse_duration(v))),
-    PREFIX + "target-cpu-utilization": (
-        "target_cpu_utilization", lambda v, p: replace(p, target_cpu_utilization=parse_ratio(v))),
-    PREFIX + "target-memory-utilization": (
-        "target_memory_utilization", lambda v, p: replace(p, target_memory_utilization=parse_ratio(v))),
-    PREFIX + "idle-cpu-utilization": (
-        "idle_cpu_utilization", lambda v, p: replace(p, idle_cpu_utilization=parse_ratio(v))),
-    PREFIX + "tolerance": ("tolerance", lambda v, p: replace(p, tolerance=parse_fraction(v))),
-    PREFIX + "scale-up-policy": ("scale_up", lambda v, p: replace(p, scale_up=parse_rules(v, p.scale_up))),
-    PREFIX + "scale-down-policy": ("scale_down", lambda v, p: replace(p, scale_down=parse_rules(v, p.scale_down))),
-    PREFIX + "reclaim-idle-actors": (
-        "reclaim_idle_actors", lambda v, p: replace(p, reclaim_idle_actors=parse_bool(v))),
-    PREFIX + "reclaim-window": (
-        "reclaim_window_seconds", lambda v, p: replace(p, reclaim_window_seconds=parse_duration(v))),
-    PREFIX + "reclaim-grace": (
-        "reclaim_grace_seconds", lambda v, p: replace(p, reclaim_grace_seconds=parse_duration(v))),
+# annotation -> (the field it sets, how its text parses); a parse raises ValueError for malformed text,
+# and the policy's own checks refuse a value that parses but does not fit (a window past its limit)
+_FIELDS: dict[str, tuple[str, Callable[[str], object]]] = {
+    PREFIX + "target-gpu-utilization": ("target_gpu_utilization", parse_ratio),
+    PREFIX + "idle-gpu-utilization": ("idle_gpu_utilization", parse_ratio),
+    PREFIX + "idle-window": ("idle_window_seconds", parse_duration),
+    PREFIX + "pressured-idle-window": ("pressured_idle_window_seconds", parse_duration),
+    PREFIX + "queue-pressure-wait": ("queue_pressure_wait_seconds", parse_duration),
+    PREFIX + "target-cpu-utilization": ("target_cpu_utilization", parse_ratio),
+    PREFIX + "target-memory-utilization": ("target_memory_utilization", parse_ratio),
+    PREFIX + "idle-cpu-utilization": ("idle_cpu_utilization", parse_ratio),
+    PREFIX + "tolerance": ("tolerance", parse_fraction),
+    PREFIX + "scale-up-policy": ("scale_up", parse_rules_text),
+    PREFIX + "scale-down-policy": ("scale_down", parse_rules_text),
+    PREFIX + "reclaim-idle-actors": ("reclaim_idle_actors", parse_bool),
+    PREFIX + "reclaim-window": ("reclaim_window_seconds", parse_duration),
+    PREFIX + "reclaim-grace": ("reclaim_grace_seconds", parse_duration),
     PREFIX + "reclaim-budget": (
-        "reclaim_budget_per_hour",
-        lambda v, p: replace(p, reclaim_budget_per_hour=parse_count(v, "reclaim-budget", 0, MAX_RECLAIM_BUDGET))),
-    PREFIX + "keep-spare-for-target": (
-        "keep_spare_for_target", lambda v, p: replace(p, keep_spare_for_target=parse_bool(v))),
-    PREFIX + "down-after-up": (
-        "down_after_up_seconds", lambda v, p: replace(p, down_after_up_seconds=parse_duration(v))),
+        "reclaim_budget_per_hour", lambda v: parse_count(v, "reclaim-budget", 0, MAX_RECLAIM_BUDGET)),
+    PREFIX + "keep-spare-for-target": ("keep_spare_for_target", parse_bool),
+    PREFIX + "down-after-up": ("down_after_up_seconds", parse_duration),
 }
 # read by the cluster layer for the Ray signal (which token Secret, which scheme), not policy knobs
 RAY_SIGNAL_ANNOTATIONS: frozenset[str] = frozenset({PREFIX + "ray-token-secret", PREFIX + "ray-dashboard-scheme"})
@@ -126,34 +112,75 @@ def annotate_recommendation(annotations: Mapping[str, str]) -> tuple[bool, str |
         return False, f"annotation {ANNOTATE_RECOMMENDATION}={brief_repr(raw)} ignored: {e}; using false"
 
 
-def policy_from_annotations(
-    annotations: Mapping[str, str], defaults: ScalingDefaults
-) -> tuple[ScalingDefaults, tuple[str, ...]]:
-    """The effective policy for one RayCluster and the warnings for annotations that were ignored.
+@dataclass(frozen=True, slots=True)
+class Override:
+    """One policy annotation as read: the field it sets and its value, or why its text did not parse."""
 
-    Never raises: a value that does not parse, or parses to something out of range (NaN, infinity,
-    negative, overflow, a window past its limit), leaves the current value in place and adds one
-    warning naming the annotation.  Annotations are applied in name order; ``idle-window`` before
-    ``pressured-idle-window`` so that raising both at once is accepted.
-    """
-    policy = defaults
-    warnings: list[str] = []
+    annotation: str
+    field: str
+    raw: str
+    value: object = None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyAnnotations:
+    """A RayCluster's policy annotations, parsed once; ``apply`` puts them over the defaults."""
+
+    overrides: tuple[Override, ...] = ()
+    unknown: tuple[str, ...] = ()  # the warnings for unknown queuepilot.io/ keys
+
+    def apply(self, defaults: ScalingDefaults) -> tuple[ScalingDefaults, tuple[str, ...]]:
+        """The effective policy and the warnings for the annotations that were ignored.
+
+        Never raises: a value that did not parse, or that parses to something the policy refuses
+        (NaN, infinity, negative, a window past its limit), leaves the current value in place and adds
+        one warning naming the annotation.  Applied in the order ``parse_policy_annotations`` keeps
+        (name order, ``idle-window`` first, so that raising it and ``pressured-idle-window`` together
+        is accepted)."""
+        policy = defaults
+        warnings = list(self.unknown)
+        for o in self.overrides:
+            error = o.error
+            if not error:
+                try:
+                    value = o.value.over(getattr(policy, o.field)) if isinstance(o.value, RulesPatch) else o.value
+                    policy = replace(policy, **{o.field: value})
+                except (ValueError, TypeError, ArithmeticError) as e:
+                    error = str(e)
+            if error:
+                current = getattr(policy, o.field)
+                shown = repr(format_rules(current)) if isinstance(current, ScalingRules) else brief_repr(current)
+                warnings.append(f"annotation {o.annotation}={brief_repr(o.raw)} ignored: {error}; using {shown}")
+        return policy, tuple(warnings)
+
+
+def parse_policy_annotations(annotations: Mapping[str, str]) -> PolicyAnnotations:
+    """The ``queuepilot.io/`` policy annotations of a RayCluster, each parsed (never raises)."""
     keys = sorted(k for k in annotations if k.startswith(PREFIX))
     keys.sort(key=lambda k: (k != PREFIX + "idle-window", k))
+    overrides: list[Override] = []
+    unknown: list[str] = []
     for key in keys:
         raw = annotations[key]
         if key == AUTOSCALE_ANNOTATION or key in RAY_SIGNAL_ANNOTATIONS or key in RECOMMENDATION_ANNOTATIONS:
             continue
         spec = _FIELDS.get(key)
         if spec is None:
-            warnings.append(f"unknown annotation {key[:128]}={brief_repr(raw)} ignored "
-                            f"(known: {', '.join(sorted(_FIELDS))})")
+            unknown.append(f"unknown annotation {key[:128]}={brief_repr(raw)} ignored "
+                           f"(known: {', '.join(sorted(_FIELDS))})")
             continue
-        name, apply = spec
+        name, parse = spec
         try:
-            policy = apply(str(raw), policy)
+            overrides.append(Override(key, name, str(raw), parse(str(raw))))
         except (ValueError, TypeError, ArithmeticError) as e:
-            current = getattr(policy, name)
-            shown = repr(format_rules(current)) if isinstance(current, ScalingRules) else brief_repr(current)
-            warnings.append(f"annotation {key}={brief_repr(raw)} ignored: {e}; using {shown}")
-    return policy, tuple(warnings)
+            overrides.append(Override(key, name, str(raw), error=str(e)))
+    return PolicyAnnotations(tuple(overrides), tuple(unknown))
+
+
+def policy_from_annotations(
+    annotations: Mapping[str, str], defaults: ScalingDefaults
+) -> tuple[ScalingDefaults, tuple[str, ...]]:
+    """The effective policy for one RayCluster and the warnings for annotations that were ignored
+    (``parse_policy_annotations(annotations).apply(defaults)``)."""
+    return parse_policy_annotations(annotations).apply(defaults)

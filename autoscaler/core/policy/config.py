@@ -137,47 +137,71 @@ def parse_rules(value: object, default: ScalingRules) -> ScalingRules:
     ``{policies: ["Pods:2:60"] | [{type, value, periodSeconds}], select_policy, stabilization_window}``.
     Parts left out keep ``default``'s values.  ValueError for anything malformed or out of range
     (window over 3600 s, period outside (0, 1800] s, value outside [1, 100000])."""
+    if not isinstance(value, Mapping):
+        return parse_rules_text(value).over(default)
     policies: tuple[ScalingPolicy, ...] = default.policies
     select: SelectPolicy = default.select_policy
     window = default.stabilization_window_seconds
-    if isinstance(value, Mapping):
-        unknown = set(value) - {"policies", "select_policy", "selectPolicy", "stabilization_window",
-                                "stabilizationWindowSeconds"}
-        if unknown:
-            raise ValueError(f"unknown scaling-rules keys: {brief_repr(sorted(map(str, unknown)))}")
-        if "policies" in value:
-            given = value["policies"]
-            items = given.split(",") if isinstance(given, str) else given
-            if not isinstance(items, list | tuple):
-                raise ValueError(f"policies must be a list: {brief_repr(given)}")
-            policies = tuple(_policy(p) for p in items)
-        raw_select = value.get("select_policy", value.get("selectPolicy"))
-        if raw_select is not None:
-            select = _select(raw_select)
-        w = value.get("stabilization_window", value.get("stabilizationWindowSeconds"))
-        if w is not None:
-            window = int(parse_duration(w))
-    else:
-        text = str(value).strip()
-        parts = [p.strip() for p in text.split(";") if p.strip()]
-        if not parts:
-            raise ValueError(f"empty scaling rules: {brief_repr(value)}")
-        new_policies: list[ScalingPolicy] = []
-        for part in parts:
-            if "=" in part:
-                k, _, v = part.partition("=")
-                k = k.strip().lower()
-                if k == "select":
-                    select = _select(v)
-                elif k == "window":
-                    window = int(parse_duration(v.strip()))
-                else:
-                    raise ValueError(f"unknown scaling-rules option {brief_repr(k)} (use select= or window=)")
-            else:
-                new_policies.extend(_policy(p) for p in part.split(",") if p.strip())
-        if new_policies:
-            policies = tuple(new_policies)
+    unknown = set(value) - {"policies", "select_policy", "selectPolicy", "stabilization_window",
+                            "stabilizationWindowSeconds"}
+    if unknown:
+        raise ValueError(f"unknown scaling-rules keys: {brief_repr(sorted(map(str, unknown)))}")
+    if "policies" in value:
+        given = value["policies"]
+        items = given.split(",") if isinstance(given, str) else given
+        if not isinstance(items, list | tuple):
+            raise ValueError(f"policies must be a list: {brief_repr(given)}")
+        policies = tuple(_policy(p) for p in items)
+    raw_select = value.get("select_policy", value.get("selectPolicy"))
+    if raw_select is not None:
+        select = _select(raw_select)
+    w = value.get("stabilization_window", value.get("stabilizationWindowSeconds"))
+    if w is not None:
+        window = int(parse_duration(w))
     return ScalingRules(policies=policies, select_policy=select, stabilization_window_seconds=window)
+
+
+@dataclass(frozen=True, slots=True)
+class RulesPatch:
+    """Scaling rules as their text gives them: the parts it names (None: left as they are)."""
+
+    policies: tuple[ScalingPolicy, ...] | None = None
+    select_policy: SelectPolicy | None = None
+    stabilization_window_seconds: int | None = None
+
+    def over(self, default: ScalingRules) -> ScalingRules:
+        """``default`` with the parts this names."""
+        return ScalingRules(
+            policies=default.policies if self.policies is None else self.policies,
+            select_policy=default.select_policy if self.select_policy is None else self.select_policy,
+            stabilization_window_seconds=(default.stabilization_window_seconds
+                                          if self.stabilization_window_seconds is None
+                                          else self.stabilization_window_seconds))
+
+
+def parse_rules_text(value: object) -> RulesPatch:
+    """The parts of scaling rules a string ``"Pods:2:60,Percent:50:60;select=Min;window=5m"`` names;
+    ValueError for anything malformed or out of range."""
+    text = str(value).strip()
+    parts = [p.strip() for p in text.split(";") if p.strip()]
+    if not parts:
+        raise ValueError(f"empty scaling rules: {brief_repr(value)}")
+    select: SelectPolicy | None = None
+    window: int | None = None
+    policies: list[ScalingPolicy] = []
+    for part in parts:
+        if "=" in part:
+            k, _, v = part.partition("=")
+            k = k.strip().lower()
+            if k == "select":
+                select = _select(v)
+            elif k == "window":
+                window = int(parse_duration(v.strip()))
+            else:
+                raise ValueError(f"unknown scaling-rules option {brief_repr(k)} (use select= or window=)")
+        else:
+            policies.extend(_policy(p) for p in part.split(",") if p.strip())
+    return RulesPatch(tuple(policies) or None, select, window)
 
 
 def format_rules(rules: ScalingRules) -> str:

@@ -65,7 +65,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from autoscaler.core.policy.annotations import policy_from_annotations
 from autoscaler.core.policy.config import ScalingDefaults
 from autoscaler.core.policy.packing import workers_needed
 from autoscaler.core.policy.pressure import pending_gpu_workloads, queue_pressure, waiting_candidates
@@ -122,7 +121,9 @@ def decide_scaling(
         context = ScalingContext.build(snapshot, now)
     elif context.snapshot is not snapshot or context.now != now:
         raise ValueError("decide_scaling: the context was built for another snapshot or time")
-    policy, warnings = policy_from_annotations(cluster.annotations, defaults)
+    parsed = cluster.policy_annotations
+    assert parsed is not None  # (RayClusterState parses its annotations when it is made)
+    policy, warnings = parsed.apply(defaults)
     pressure = context.pressure(cluster, policy.queue_pressure_wait_seconds)
     demand, infeasible = assign_demand(cluster)
     decisions = []
