@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 from autoscaler.controller.scaling import ScalingReconciler  # noqa: E402
 from autoscaler.core.snapshot import ClusterSnapshot  # noqa: E402
 from benchmarks.sim_runs import bench_config, page_data, provenance, run_pool, window_parser  # noqa: E402
-from simulator.cli import load_window  # noqa: E402
 from simulator.engine import POLICIES, Engine  # noqa: E402
+from simulator.inputs import load_window  # noqa: E402
 from simulator.snapshot import RayClusterMap  # noqa: E402
 
 # (policy, stall reclaim): queuepilot as deployed to cut waste, Ray's own autoscaler, and the floor (static)

@@ -58,8 +58,8 @@ BUILD = select_build(exit_on_stale=True)
 
 from benchmarks import reclaim_budget as budget_sweep  # noqa: E402
 from benchmarks.sim_runs import bench_config  # noqa: E402
-from simulator.cli import default_trace, load_window  # noqa: E402
 from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
+from simulator.inputs import default_trace, load_window  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 HELIOS = "traces/helios/Earth_vc6YE/cluster_sequence_vc.csv"

@@ -40,7 +40,7 @@ def bench_config(**changes: Any) -> SimConfig:
 def window_parser(doc: str | None, name: str) -> argparse.ArgumentParser:
     """The flags every knob sweep has: the trace window, seed and failure rate, processes, where its page
     goes (``--out``/``--name``, default ``name``) and ``--render-only``; the sweep adds its own knob."""
-    from simulator.cli import default_trace
+    from simulator.inputs import default_trace
 
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hours", type=float, default=720.0)

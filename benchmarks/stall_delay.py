@@ -30,8 +30,8 @@ BUILD = select_build(exit_on_stale=True)
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
 from benchmarks.sim_runs import bench_config, page_data, provenance, run_pool, window_parser  # noqa: E402
-from simulator.cli import load_window  # noqa: E402
 from simulator.engine import Engine  # noqa: E402
+from simulator.inputs import load_window  # noqa: E402
 
 BASELINE = "ray-idle"
 POLICY = "queuepilot"

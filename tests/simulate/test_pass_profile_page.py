@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from benchmarks import pass_profile as page
-from simulator.cli import load_window
 from simulator.engine import Engine, SimConfig
+from simulator.inputs import load_window
 
 HOURS = 3.0
 
