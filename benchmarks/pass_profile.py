@@ -12,7 +12,7 @@ could save (a skipped pass must also not depend on the time, which only lowers t
 Writes ``results/pass_profile.md`` and ``pass_profile.json``.  The timers add about a microsecond per
 timed call; the run's numbers are the same as without them (tested).
 
-    python benchmarks/pass_profile.py                    # the Philly week, 3 policies (make bench)
+    python benchmarks/pass_profile.py                    # the Philly week, 3 policies (make bench-full)
     python benchmarks/pass_profile.py --hours 24 --policies static
     python benchmarks/pass_profile.py --render-only
 """
@@ -30,10 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoscaler.controller.scaling import ScalingReconciler  # noqa: E402
 from autoscaler.core.snapshot import ClusterSnapshot  # noqa: E402
-from benchmarks.sim_runs import bench_config, page_data, provenance, run_pool, window_parser  # noqa: E402
-from simulator.engine import POLICIES, Engine  # noqa: E402
+from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
 from simulator.inputs import load_window  # noqa: E402
 from simulator.snapshot import RayClusterMap  # noqa: E402
 
@@ -87,8 +86,6 @@ class PassProfile:
         builder.build = self._timed("snapshot build", build_and_compare)  # type: ignore[method-assign]
         for r in eng.reconcilers:
             r.reconcile = self._timed_async(f"reconciler: {type(r).__name__}", r.reconcile)
-            if isinstance(r, ScalingReconciler):
-                r.reconcile = self._counting_steady(r, r.reconcile)
         eng._on_tick = self._timed_async("tick", eng._on_tick)  # type: ignore[method-assign]
         eng._on_pass = self._timed_async("Kueue pass", eng._on_pass)  # type: ignore[method-assign]
         eng._account = self._timed("accounting", eng._account)  # type: ignore[method-assign]
@@ -97,20 +94,6 @@ class PassProfile:
         eng._assign = self._timed("KubeRay operator (workers, task assignment)", eng._assign)  # type: ignore[method-assign]
         if eng.policy.baseline is not None:
             eng.policy.baseline.decide = self._timed("baseline scaler", eng.policy.baseline.decide)  # type: ignore[method-assign]
-
-    def _counting_steady(self, r: ScalingReconciler,
-                         reconcile: Callable[[ClusterSnapshot, float], Awaitable[None]],
-                         ) -> Callable[[ClusterSnapshot, float], Awaitable[None]]:
-        """Count the scaling decisions, and those that were last pass's steady hold again (the very
-        decision object of the group's ``SteadyHold``, not the ladder run anew)."""
-        async def counted(snapshot: ClusterSnapshot, now: float) -> None:
-            before = {key: dict(h) for key, h in r.history.items()}
-            await reconcile(snapshot, now)
-            for d, _ in r.outcomes:
-                h = before.get(f"{d.namespace}/{d.cluster}", {}).get(d.group)
-                self.reuse["scaling decisions"] += 1
-                self.reuse["steady holds"] += h is not None and h.steady is not None and d is h.steady.decision
-        return counted
 
     def _compare(self, snap: ClusterSnapshot) -> None:
         """Count which parts of the previous snapshot are the very objects of the one before it: a pass
@@ -162,7 +145,7 @@ def run_one(args: tuple[str, str, str, float, str, int, float]) -> dict[str, Any
     """One profiled run in a pool worker: ``label`` is a policy, ``+stall`` for stall reclaim on."""
     label, trace, start, hours, model, seed, rate = args
     policy, stall = label.removesuffix("+stall"), label.endswith("+stall")
-    cfg = bench_config(seed=seed, gpu_failure_rate=rate, stall_reclaim=stall)  # as the policy benchmarks run
+    cfg = SimConfig(seed=seed, gpu_failure_rate=rate, stall_reclaim=stall)  # as the policy benchmarks run
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     eng = Engine(window.jobs, hours * 3600.0, policy, cfg)
     prof = PassProfile()
@@ -220,10 +203,8 @@ def render(data: Mapping[str, Any]) -> str:
         "admission reconciler are timed where they run, at ticks and in Kueue passes; RayClusters that a "
         "pass's snapshot builds at their first read, `RayClusterMap`, in the part that reads them). The control "
         f"interval is the controller's resync, 30 s: {meta['hours'] * 120:,.0f} ticks over the window. "
-        "As the policy benchmarks run: the right-sizing feed is left out (it changes no decision), so a Ray "
-        "worker's GPUs carry no utilization on the snapshot (the stall detector reads only a Workload's "
-        "pods' GPUs), and where the stall detector does not run either (a baseline, or a queuepilot policy "
-        "without stall reclaim) no GPU carries it (docs/simulation.md, \"Speed\").",
+        "Each run is configured as the policy benchmarks run it (`SimConfig` defaults, the seed, failure rate "
+        "and stall reclaim set).",
         "",
     ]
     for run in data["runs"]:
@@ -251,10 +232,6 @@ def render(data: Mapping[str, Any]) -> str:
                   f"The RayClusters were read (and so built) in {_share(r.get('ray clusters read', 0), snaps)} of "
                   "the passes; a pass that reads none builds none (`RayClusterMap`).",
                   "",
-                  *([f"Of {r['scaling decisions']:,} scaling decisions, {_share(r.get('steady holds', 0), r['scaling decisions'])} "
-                     "were the group's last steady hold again (`SteadyHold`: no demand, no idle worker, nothing "
-                     "written, the group (but for its workers' utilization, while none is idle), policy, queue "
-                     "pressure and resourceVersion unchanged), decided without the recommendation steps.", ""] if r.get("scaling decisions") else []),
                   f"At most, skipping every tick whose snapshot is unchanged would save "
                   f"{100 * b['skip_passes_saves']:.1f} % of this run, and skipping every scaling decision whose "
                   f"group and demand are unchanged {100 * b['skip_groups_saves']:.1f} % (less where the "
@@ -281,9 +258,7 @@ def reading(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     if bs:
         out.append(f"- Skipping every tick whose snapshot is unchanged would save at most "
                    f"{100 * max(b['skip_passes_saves'] for b in bs):.1f} % of a run here; skipping every unchanged "
-                   f"scaling decision at most {100 * max(b['skip_groups_saves'] for b in bs):.1f} %. A run several "
-                   "times faster needs passes that cost what changed since the last one, not the cluster's size "
-                   "(`docs/simulation.md`, Speed).")
+                   f"scaling decision at most {100 * max(b['skip_groups_saves'] for b in bs):.1f} %.")
     return out
 
 

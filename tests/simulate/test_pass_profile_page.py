@@ -51,12 +51,6 @@ def test_the_timers_change_no_result_and_count_every_pass(policy: str, stall: bo
     else:
         assert 0 < read < ticks / 4
     assert 0 <= prof.reuse["groups unchanged"] <= prof.reuse["groups"]
-    # one decision per team's worker group and pass; some are last pass's steady hold again
-    if stall:
-        assert prof.reuse["scaling decisions"] == prof.calls["reconciler: ScalingReconciler"] * len(timed.rays)
-        assert 0 < prof.reuse["steady holds"] < prof.reuse["scaling decisions"]
-    else:
-        assert "scaling decisions" not in prof.reuse
     # every part runs inside the run, and the snapshot build inside a tick or a Kueue pass
     assert prof.seconds["snapshot build"] <= prof.seconds["tick"] + prof.seconds["Kueue pass"]
 
