@@ -14,24 +14,16 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 APT_PACKAGES := prometheus prometheus-alertmanager gcc libc6-dev
 
-# the benchmarks' own virtualenv (make bench, make compiled), from BENCH_PYTHON: by default Debian's
-# python3.11, which runs the simulator some 20 % faster than an interpreter configured without
-# --enable-optimizations (as pyenv builds one by default; docs/simulation.md, "Speed", 2026-12-06);
-# where it cannot make a venv, PYTHON. The checkout, tests and demo use .venv as before.
-BENCH_PYTHON ?= $(shell p=/usr/bin/python3.11; $$p -c 'import ensurepip, sys; assert sys.version_info >= (3, 11)' 2>/dev/null && echo $$p || echo $(PYTHON))
-BENCH_VENV := .venv-bench
-BENCH_PY := $(BENCH_VENV)/bin/python
-BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 HELM3 := tools/bin/helm3
 HELM4 := tools/bin/helm4
 
-.PHONY: demo test bench bench-venv compiled setup venv apt helm proto lint generate check-generated fetch-shared clean help image image-push
+.PHONY: demo test bench bench-full setup venv apt helm proto lint generate check-generated fetch-shared clean help image image-push
 
 help:
 	@echo "make demo   - run the whole system, simulated, in one process (no cluster, no GPU)"
 	@echo "make test   - set up everything and run every check CI runs"
-	@echo "make bench  - run the benchmarks, tables and plots land in benchmarks/results/"
-	@echo "make compiled - build the mypyc-compiled simulator the policy benchmarks run (.build/compiled)"
+	@echo "make bench  - the quick benchmarks (quick policy matrix included); pages land in benchmarks/results/"
+	@echo "make bench-full - every benchmark with the whole policy matrix (takes what it takes; its pages say how long)"
 	@echo "make generate - regenerate dashboards, alert rules, docs/metrics.md and gRPC stubs"
 	@echo "make image  - build the controller/exporter image (IMAGE=, TAG=; make image-push for multi-arch)"
 	@echo "make fetch-shared - fetch the pinned upstream CRDs and traces into .shared/ (outside this workplace)"
@@ -54,12 +46,6 @@ venv: $(STAMP)
 # the demo needs the runtime and the simulator extra only (no test toolchain, no Ray)
 $(DEMO_STAMP): pyproject.toml
 	$(call venv_install,$(PYTHON),$(VENV),sim)
-
-# (the bench virtualenv has every extra: make bench runs the controller and exporter benchmarks too)
-$(BENCH_STAMP): pyproject.toml
-	$(call venv_install,$(BENCH_PYTHON),$(BENCH_VENV),$(ALL_EXTRAS))
-
-bench-venv: $(BENCH_STAMP)
 
 $(APT_STAMP):
 	@mkdir -p .make
@@ -99,15 +85,12 @@ test: setup lint
 demo: $(DEMO_STAMP)
 	$(PY) -m queuepilot demo $(DEMO_ARGS)
 
-# the simulator the policy benchmarks run, compiled with mypyc into .build/compiled (the checkout is
-# not touched; rebuilt only when a source changed): benchmarks/compiled.py, docs/simulation.md "Speed"
-COMPILED := .build/compiled
+# the benchmarks run in .venv, on the interpreter the tests and the image use (benchmarks/run_all.py)
+bench: setup
+	$(PY) benchmarks/run_all.py --quick
 
-compiled: bench-venv
-	$(BENCH_PY) benchmarks/compiled.py build --out $(COMPILED)
-
-bench: setup compiled
-	QUEUEPILOT_COMPILED=$(COMPILED) $(BENCH_PY) benchmarks/run_all.py
+bench-full: setup
+	$(PY) benchmarks/run_all.py --full
 
 # the controller/exporter image (docs/install.md): a local build, or a multi-arch build pushed to IMAGE
 IMAGE ?= ghcr.io/queuepilot/queuepilot
@@ -125,4 +108,4 @@ fetch-shared:
 	@echo "now: export QUEUEPILOT_SHARED=$(abspath .shared)"
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .make tools/bin .pytest_cache .build
+	rm -rf $(VENV) .make tools/bin .pytest_cache

@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from simulator.cli import default_trace, load_window  # noqa: E402
 from simulator.fleet import DISPATCHERS, FleetConfig, FleetSim, split_nodes  # noqa: E402
-from simulator.fleet_cli import table_rows  # noqa: E402
+from simulator.fleet_table import table_rows  # noqa: E402
+from simulator.inputs import default_trace, load_window  # noqa: E402
 
 START = "2017-10-03"
 HOURS = 168.0

@@ -1,4 +1,4 @@
-"""Policy quality benchmark: the simulator over a month of the Philly trace, as a matrix.
+"""Policy quality benchmark: the simulator over the Philly trace, as a matrix.
 
 Every (utilization model, seed, GPU failure rate, policy) is one run; the queuepilot policies also
 run with stall reclaim on (under ``grounded`` and ``serving`` by default); a sweep of the per-team worker cap
@@ -10,18 +10,23 @@ page and the matrix plot from it) and PNGs (wait CDF, idle GPU-hours and timelin
 seed-1 run at the first failure rate; controllable idle per policy per model with seed error bars).
 Numbers are reported, never asserted.
 
-    .venv-bench/bin/python benchmarks/policy.py                 # the full matrix (`make bench`)
-    .venv-bench/bin/python benchmarks/policy.py --quick         # 168 h, seed 1, rate 0.01 -> policy-quick.*
-    .venv-bench/bin/python benchmarks/policy.py --models grounded --seeds 1 --rates 0.01 --policies queuepilot,ray-idle
-    .venv-bench/bin/python benchmarks/policy.py --render-only   # policy.json -> policy.md + matrix PNG
-    .venv-bench/bin/python benchmarks/policy.py --merge a.json,b.json   # several runs' records -> policy.json + policy.md
+The whole matrix (``make bench-full``) is the Philly month (720 h) under every model, seeds 1-3, one
+failure rate, every policy; the quick matrix (``--quick``, ``make bench``) is the same over the first
+week (168 h) with seed 1 only, written to ``policy-quick.*``.  Each page says what it covers and how
+long it took.
+
+    python benchmarks/policy.py                 # the whole matrix (`make bench-full`)
+    python benchmarks/policy.py --quick         # the quick matrix (`make bench`) -> policy-quick.*
+    python benchmarks/policy.py --quick --plan --costs-from benchmarks/results/policy.json   # its runs, time
+    python benchmarks/policy.py --models grounded --seeds 1 --policies queuepilot,ray-idle
+    python benchmarks/policy.py --render-only   # policy.json -> policy.md + matrix PNG
+    python benchmarks/policy.py --merge a.json,b.json   # several runs' records -> policy.json + policy.md
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import gc
 import json
 import math
 import os
@@ -32,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,19 +52,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from benchmarks.compiled import describe, select_build  # noqa: E402
-from benchmarks.machine_speed import SpeedLog  # noqa: E402
-from benchmarks.machine_speed import describe as describe_speed  # noqa: E402
-from benchmarks.machine_speed import margin as speed_margin  # noqa: E402
-
-# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): the project's packages come from
-# there, selected before any project module is imported here (benchmarks/compiled.py)
-BUILD = select_build(exit_on_stale=True)
-
 from benchmarks import reclaim_budget as budget_sweep  # noqa: E402
-from benchmarks.sim_runs import bench_config  # noqa: E402
-from simulator.cli import default_trace, load_window  # noqa: E402
 from simulator.engine import POLICIES, Engine, SimConfig  # noqa: E402
+from simulator.inputs import default_trace, load_window  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 HELIOS = "traces/helios/Earth_vc6YE/cluster_sequence_vc.csv"
@@ -69,12 +64,26 @@ DEFAULT_CAP = SimConfig().ray_max_quota_factor
 CLASSES = ("ray_task", "workload")
 IDLE_CLASSES = ("empty", "starting", "idle_actor", "stalled", "in_job")
 
+# the axes of the two matrices the Makefile runs: the whole one (`make bench-full`, no flags) and the quick
+# one (`make bench`, --quick); every axis can be set by its flag instead
+RATE = 0.01  # the one GPU failure rate by default (a pod on a failed GPU keeps running: the rate moves little)
+# (hours, seeds, worker-cap factors of the sweep): the quick matrix is the first week, one seed, no cap sweep
+WINDOWS = {"full": (720.0, (1, 2, 3), (1.0, 2.0, 4.0)), "quick": (168.0, (1,), ())}
+STALL_MODELS = ("grounded", "serving")
+CAP_POLICIES = ("queuepilot", BASELINE)
+# axis -> how a page names it
+AXES = {"hours": "window", "models": "models", "seeds": "seeds", "rates": "failure rates", "policies": "policies",
+        "stall_models": "`+stall` runs under", "caps": "worker-cap factors", "cap_policies": "cap-sweep policies"}
 
-def _python_cmd() -> str:
-    """The interpreter as a reader would type it: relative to the checkout where it lies there
-    (``.venv-bench/bin/python`` under ``make bench``), else its path."""
-    rel = os.path.relpath(sys.executable, REPO)
-    return sys.executable if rel.startswith("..") else rel
+
+def default_axes(quick: bool) -> dict[str, Any]:
+    """The axes of the quick or the whole matrix, as a run's meta records them."""
+    hours, seeds, caps = WINDOWS["quick" if quick else "full"]
+    return {"hours": hours, "models": list(MODELS), "seeds": list(seeds), "rates": [RATE],
+            "policies": list(POLICIES), "stall_models": list(STALL_MODELS), "caps": list(caps),
+            "cap_policies": list(CAP_POLICIES)}
+
+COMMAND = "python benchmarks/policy.py"
 
 
 # ----------------------------------------------------------------------------------- the matrix
@@ -126,13 +135,10 @@ def is_reference(task: Task, ref: tuple[str, int, float]) -> bool:
 
 
 def sim_config(task: Task) -> SimConfig:
-    cfg = bench_config(seed=task.seed, gpu_failure_rate=task.rate, ray_max_quota_factor=task.cap)
-    if task.stall_reclaim:
-        names = {f.name for f in fields(SimConfig)}
-        if "stall_reclaim" not in names:
-            raise RuntimeError("SimConfig has no stall_reclaim field: this simulator cannot run stall reclaim")
-        cfg = replace(cfg, stall_reclaim=True)
-    return cfg
+    """The run's configuration: the simulator's defaults with the task's seed, failure rate, worker cap and
+    stall reclaim (what ``queuepilot simulate`` runs with the same flags)."""
+    return SimConfig(seed=task.seed, gpu_failure_rate=task.rate, ray_max_quota_factor=task.cap,
+                     stall_reclaim=task.stall_reclaim)
 
 
 # --------------------------------------------------------------------------------- the worker
@@ -148,27 +154,11 @@ def _window(trace: str, start: str, hours: float, model: str, seed: int, max_gpu
     return _WINDOWS[key], time.perf_counter() - t0
 
 
-# the cyclic garbage collector during a run: with the defaults a run makes some 170 collections per
-# simulated week (2 % of its time, measured with gc.callbacks) that find next to nothing (the simulator
-# keeps no reference cycles of its own); what a run frees is freed by reference counting as before, and
-# its numbers are the same (docs/simulation.md, "Speed", 2026-12-06 evening)
-GC_THRESHOLD = (50_000, 20, 100)
-
-
-def _quiet_gc() -> None:
-    """Before a run: what lives now (the modules, the trace windows) is left out of every later
-    collection (``gc.freeze``), and young collections come 70x less often (``GC_THRESHOLD``)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
-
-
 def run_task(task: Task, trace: str, start: str, hours: float, detail: bool) -> dict[str, Any]:
     """Run one task (in a pool worker); the record kept in policy.json, plus the series the plots need
     when ``detail`` (the reference run)."""
     cfg = sim_config(task)
     window, load_s = _window(trace, start, hours, task.model, task.seed, cfg.nodes * cfg.gpus_per_node)
-    _quiet_gc()
     t0, c0 = time.perf_counter(), time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, task.policy, cfg)
     eng.run()
@@ -188,10 +178,16 @@ def _run_packed(args: tuple[Task, str, str, float, bool]) -> dict[str, Any]:
 
 def estimate(task: Task, hours: float, previous: Mapping[tuple[str, str], float]) -> float:
     """Expected seconds of a run: from the last policy.json (seconds per simulated hour of that label
-    under that model) or a rough default (the queuepilot reconcilers cost ~1.5x a baseline)."""
+    under that model) or a rough default (the controller's reconcilers cost more than a baseline's
+    scaler, stall reclaim more again)."""
     per_hour = previous.get((task.model, task.label))
     if per_hour is None:
-        per_hour = 0.06 if is_queuepilot(task.policy) or task.policy == "kueue-quota" else 0.04
+        if task.stall_reclaim:
+            per_hour = 0.15
+        elif is_queuepilot(task.policy) or task.policy == "kueue-quota":
+            per_hour = 0.12
+        else:
+            per_hour = 0.08
     return per_hour * hours
 
 
@@ -209,9 +205,8 @@ def previous_costs(path: Path) -> dict[tuple[str, str], float]:
 
 def run_matrix(tasks: Sequence[Task], trace: str, start: str, hours: float, jobs: int,
                ref: tuple[str, int, float], previous: Mapping[tuple[str, str], float],
-               progress: bool = True, speed: SpeedLog | None = None) -> list[dict[str, Any]]:
-    """Run every task, longest expected first, on ``jobs`` processes, with a progress bar and ETA;
-    ``speed``: probes of the machine's speed taken meanwhile (``benchmarks/machine_speed.py``)."""
+               progress: bool = True) -> list[dict[str, Any]]:
+    """Run every task, longest expected first, on ``jobs`` processes, with a progress bar and ETA."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -238,18 +233,13 @@ def run_matrix(tasks: Sequence[Task], trace: str, start: str, hours: float, jobs
 
         if jobs <= 1:
             for t in order:
-                if speed is not None:
-                    speed.maybe(time.monotonic())
                 done(run_task(t, trace, start, hours, is_reference(t, ref)), t)
             return records
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             pending: dict[Future[dict[str, Any]], Task] = {
                 pool.submit(_run_packed, (t, trace, start, hours, is_reference(t, ref))): t for t in order}
             while pending:
-                if speed is not None:
-                    speed.maybe(time.monotonic())
-                finished, _ = wait(pending, timeout=speed.every_s if speed is not None else None,
-                                   return_when=FIRST_COMPLETED)
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for f in finished:
                     done(f.result(), pending.pop(f))
     return records
@@ -332,15 +322,14 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
         listed.append({"file": name, "commit": meta.get("commit", "?"), "date": meta.get("date", "?"),
                        "command": meta.get("command", "?"), "runs": len(data["runs"]),
                        "kept": sum(1 for n in origin.values() if n == name),
-                       "wall_s": meta.get("wall_s"), "processes": meta.get("processes"),
-                       "machine_speed": meta.get("machine_speed")})
+                       "wall_s": meta.get("wall_s"), "processes": meta.get("processes")})
     runs = sorted(by_key.values(), key=_matrix_order)
     metas = [d["meta"] for _, d in sources]
     meta = {
-        "command": command, "make_bench": False, "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        "command": command, "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "commit": ", ".join(dict.fromkeys(str(m.get("commit", "?")) for m in metas)),  # in the sources' order
         "dirty": any(m.get("dirty") for m in metas), "machine": first.get("machine", "?"),
-        "build": "; ".join(dict.fromkeys(str(m["build"]) for m in metas if m.get("build"))),
+        "python": "; ".join(dict.fromkeys(str(m["python"]) for m in metas if m.get("python"))),
         "cores": first.get("cores"), "processes": max(int(m.get("processes") or 1) for m in metas),
         "wall_s": round(sum(float(m.get("wall_s") or 0.0) for m in metas), 1),
         "run_s_sum": round(sum(float(r["secs"]) for r in runs), 1),
@@ -876,44 +865,71 @@ def budget_section(sweep: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> 
     return lines
 
 
-MATRIX_TARGET_MIN = 30.0  # #11: the whole matrix, as `make bench` runs it, within 30 minutes on 2 cores
+def matrix_kind(meta: Mapping[str, Any]) -> str | None:
+    """``"full"`` or ``"quick"`` when a run's axes are exactly those of ``make bench-full`` / ``make bench``
+    (``policy.py`` without flags / with ``--quick`` alone), else None (a partial or merged matrix)."""
+    mine = {k: meta.get(k) for k in AXES}
+    for kind in ("full", "quick"):
+        if mine == default_axes(quick=kind == "quick"):
+            return kind
+    return None
 
 
-def whole_matrix(meta: Mapping[str, Any]) -> bool:
-    """Whether a run's axes are the whole matrix's (``policy.py`` without flags): what the target is about."""
-    defaults = build_parser().parse_args([])
-    whole = {**axes(defaults), "caps": defaults.caps}
-    return not meta.get("quick") and all(meta.get(k) == v for k, v in whole.items())
+def _axis_text(key: str, value: Any) -> str:
+    if key == "hours":
+        return f"{float(value):g} h"
+    if isinstance(value, list):
+        return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value) or "none"
+    return str(value)
+
+
+def scope(meta: Mapping[str, Any], n_runs: int) -> list[str]:
+    """What the page covers, said exactly: which matrix it is, and every axis on which it differs from the
+    whole matrix (``make bench-full``, ``policy.md``)."""
+    kind = matrix_kind(meta)
+    name = {"full": "the whole matrix (`make bench-full`)", "quick": "the quick matrix (`make bench`)"}.get(
+        kind or "", "a partial matrix (neither `make bench` nor `make bench-full`)")
+    if "merged_from" in meta:
+        name = "a merge of several runs of this script"
+    sweep = sum(1 for r in meta.get("caps") or [] if float(r) != DEFAULT_CAP) * len(meta.get("cap_policies") or [])
+    head = (f"**What this page covers**: {name}, {n_runs} runs of {float(meta['hours']):g} h each "
+            f"(every model x seed x failure rate x policy, the `+stall` runs, and the worker-cap sweep"
+            f"{f' of {sweep} runs' if sweep else ': none'}).")
+    if kind == "full":
+        return [head]
+    full = default_axes(quick=False)
+    diffs = [f"{AXES[k]} {_axis_text(k, meta.get(k))} here, {_axis_text(k, full[k])} there" for k in AXES
+             if meta.get(k) != full[k]]
+    if not diffs:
+        return [head]
+    return [head + " Against the whole matrix ([policy.md](policy.md), `make bench-full`): " + "; ".join(diffs)
+            + ". A verdict here is over fewer runs than there, and a shorter window holds fewer long jobs "
+            "and stalls: read it as a quick check, the whole matrix as the answer."]
 
 
 def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
-    """Who made the page: the command and commit of one run of this script, or each source of a merge."""
+    """Who made the page: the command and commit of one run of this script, or each source of a merge;
+    the machine, and the wall time the run took (measured)."""
     cost = (f"summed run seconds {meta['run_s_sum']:,.0f} s "
             + (f"({meta['run_cpu_s_sum']:,.0f} CPU s) " if "run_cpu_s_sum" in meta else "")
             + f"(simulation only; trace loading {meta['load_s_sum']:,.0f} s more)")
     dirty = " with uncommitted changes in the working tree" if meta.get("dirty") else ""
+    python = f", {meta['python']}" if meta.get("python") else ""
     if "merged_from" not in meta:
-        speed = describe_speed(meta.get("machine_speed"))
-        margin = speed_margin(float(meta["wall_s"]), meta.get("machine_speed"), MATRIX_TARGET_MIN)
-        if speed and margin and whole_matrix(meta):  # the whole matrix's target (#11): the margin to it
-            speed += f" The whole matrix's target is {MATRIX_TARGET_MIN:g} minutes on 2 cores: {margin}"
+        target = {"full": "make bench-full", "quick": "make bench"}.get(matrix_kind(meta) or "")
         return [f"Generated {meta['date']} by `{meta['command']}`"
-                + (" (`make bench` runs it)" if meta.get("make_bench") else "") + f", git {meta['commit']}{dirty}.",
-                f"Machine: {meta['machine']}, {meta['cores']} cores; {meta['processes']} worker processes"
-                + (f"; {meta['build']}" if meta.get("build") else "") + ". Wall time "
-                f"{meta['wall_s'] / 60:.1f} min for {n_runs} runs; {cost}." + (f" {speed}" if speed else "")]
+                + (f" (`{target}` runs it)" if target else "") + f", git {meta['commit']}{dirty}.",
+                f"Machine: {meta['machine']}, {meta['cores']} cores{python}; {meta['processes']} worker processes. "
+                f"Wall time {meta['wall_s'] / 60:.1f} min for {n_runs} runs (measured); {cost}."]
     lines = [f"Merged {meta['date']} by `{meta['command']}` from {len(meta['merged_from'])} runs of this script over "
              f"the same window{dirty}: each run's numbers are those of the commit it ran at, and a run that more "
              "than one of them holds was checked to agree on every number both report (`merge` refuses otherwise). "
-             "`make bench` runs the whole matrix in one go instead.", ""]
+             "`make bench-full` runs the whole matrix in one go instead.", ""]
     for src in meta["merged_from"]:
         wall = f", {float(src['wall_s']) / 60:.1f} min wall on {src['processes']} processes" if src.get("wall_s") else ""
-        if src.get("machine_speed"):
-            wall += f" (machine speed: median probe {src['machine_speed']['median_ms']:.1f} ms)"
         lines.append(f"- `{src['file']}`: {src['kept']} of its {src['runs']} runs kept; git {src['commit']}, "
                      f"{src['date']}{wall}: `{src['command']}`")
-    lines += ["", f"Machine: {meta['machine']}, {meta['cores']} cores" + (f"; {meta['build']}" if meta.get("build") else "")
-              + f". {n_runs} runs; wall time summed over the "
+    lines += ["", f"Machine: {meta['machine']}, {meta['cores']} cores{python}. {n_runs} runs; wall time summed over the "
               f"sources {meta['wall_s'] / 60:.1f} min; {cost}."]
     return lines
 
@@ -930,11 +946,13 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
         "",
         *provenance(meta, len(runs)),
         "",
+        *scope(meta, len(runs)),
+        "",
         f"Workload: Philly trace (`philly-pollux/philly.csv`), {meta['hours']:g} h from {meta['start']}; utilization "
         f"models {', '.join(f'`{m}`' for m in models)} (calibration: [utilization.md](utilization.md)); seeds "
         f"{', '.join(str(s) for s in meta['seeds'])}; GPU failure rates {', '.join(f'{x:g}' for x in meta['rates'])} "
         f"per GPU per day; cluster {runs[0]['total_gpus'] if runs else '?'} GPUs; per-team worker cap "
-        f"{DEFAULT_CAP:g}x the team's nominal quota (swept below). Policies: {', '.join(meta['policies'])}; "
+        f"{DEFAULT_CAP:g}x the team's nominal quota{' (swept below)' if len(runs) > len(main) else ''}. Policies: {', '.join(meta['policies'])}; "
         f"`+stall`: the same policy with stall reclaim on (under {', '.join(meta['stall_models']) or 'no model'}). "
         "Every run is one process: `queuepilot simulate --util-model M --seed S --gpu-failure-rate R "
         f"--hours {meta['hours']:g} --start {meta['start']} --policies P [--stall-reclaim] [--worker-cap-factor F]` "
@@ -1134,19 +1152,24 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=__doc__.split("\n\n", 2)[2] if __doc__ else None)
     p.add_argument("--trace", default=str(default_trace()))
     p.add_argument("--start", default="2017-10-03")
-    p.add_argument("--hours", type=float, default=None, help="window length (default 720; --quick: 168)")
+    full, quick = WINDOWS["full"], WINDOWS["quick"]
+    p.add_argument("--hours", type=float, default=None,
+                   help=f"window length (default {full[0]:g}; --quick: {quick[0]:g})")
     p.add_argument("--models", type=_csv(str), default=None, help=f"utilization models (default {','.join(MODELS)})")
-    p.add_argument("--seeds", type=_csv(int), default=None, help="default 1,2,3 (--quick: 1)")
-    p.add_argument("--rates", type=_csv(float), default=None, help="GPU failure rates per GPU per day "
-                   "(default 0.01,0.05; --quick: 0.01)")
+    p.add_argument("--seeds", type=_csv(int), default=None,
+                   help=f"default {','.join(map(str, full[1]))} (--quick: {','.join(map(str, quick[1]))})")
+    p.add_argument("--rates", type=_csv(float), default=None,
+                   help=f"GPU failure rates per GPU per day, comma-separated (default {RATE:g})")
     p.add_argument("--policies", type=_csv(str), default=None, help="default: every policy the simulator has")
-    p.add_argument("--stall-models", type=_csv(str), default=["grounded", "serving"],
+    p.add_argument("--stall-models", type=_csv(str), default=list(STALL_MODELS),
                    help="models under which the queuepilot policies also run with stall reclaim ('' = none)")
-    p.add_argument("--caps", type=_csv(float), default=[1.0, 2.0, 4.0],
-                   help="worker-cap factors of the sweep ('' = no sweep)")
-    p.add_argument("--cap-policies", type=_csv(str), default=["queuepilot", BASELINE])
-    p.add_argument("--quick", action="store_true", help="development variant: 168 h, seed 1, rate 0.01, every model; "
-                   "writes policy-quick.* unless --name is given")
+    p.add_argument("--caps", type=_csv(float), default=None,
+                   help=f"worker-cap factors of the sweep ('' = no sweep; default {','.join(f'{c:g}' for c in full[2])}; "
+                        "--quick: no sweep)")
+    p.add_argument("--cap-policies", type=_csv(str), default=list(CAP_POLICIES))
+    p.add_argument("--quick", action="store_true",
+                   help=f"the quick matrix (make bench): {quick[0]:g} h, seed(s) {','.join(map(str, quick[1]))}, "
+                        "no cap sweep, the rest as the whole matrix; writes policy-quick.* unless --name is given")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--name", default=None, help="file prefix: NAME.md, NAME.json, NAME_*.png "
@@ -1178,7 +1201,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.merge:
         try:
             data = merge([(Path(f).name, json.loads(Path(f).read_text())) for f in args.merge],
-                         " ".join([f"{_python_cmd()} benchmarks/policy.py", *argv]))
+                         " ".join([COMMAND, *argv]))
         except (OSError, ValueError, KeyError) as e:
             raise SystemExit(f"policy.py --merge: {e}") from None
         reference_plots_from(Path(args.merge[0]), out, name)
@@ -1200,65 +1223,71 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def axes(args: argparse.Namespace) -> dict[str, Any]:
-    """The matrix's axes from the flags (defaults: the full matrix, or the quick one)."""
-    quick = args.quick
-    hours = args.hours if args.hours is not None else (168.0 if quick else 720.0)
-    models = args.models or list(MODELS)
-    policies = args.policies or list(POLICIES)
+    """The matrix's axes from the flags (defaults: the whole matrix, or the quick one with --quick)."""
+    ax = default_axes(args.quick)
+    models = args.models or ax["models"]
+    policies = args.policies or ax["policies"]
     unknown = [p for p in policies + args.cap_policies if p not in POLICIES]
     if unknown:
         raise SystemExit(f"unknown policies {unknown} (known: {', '.join(POLICIES)})")
-    return {"hours": hours, "models": models, "seeds": args.seeds or ([1] if quick else [1, 2, 3]),
-            "rates": args.rates or ([0.01] if quick else [0.01, 0.05]), "policies": policies,
+    return {"hours": args.hours if args.hours is not None else ax["hours"], "models": models,
+            "seeds": args.seeds or ax["seeds"], "rates": args.rates or ax["rates"], "policies": policies,
             "stall_models": [m for m in args.stall_models if m in models],
+            "caps": ax["caps"] if args.caps is None else list(args.caps),
             "cap_policies": [p for p in args.cap_policies if p in policies]}
 
 
+def matrix(ax: Mapping[str, Any]) -> list[Task]:
+    return build_matrix(ax["models"], ax["seeds"], ax["rates"], ax["policies"], ax["stall_models"], ax["caps"],
+                        ax["cap_policies"])
+
+
 def plan(args: argparse.Namespace, costs_from: Path) -> int:
+    """Print the matrix's runs (how many of each kind) and the wall time they would take on --jobs
+    processes, longest first onto the least loaded process as the pool runs them, each run's seconds from
+    ``costs_from`` (CPU seconds per simulated hour of that model and label; a default where it has none)."""
     ax = axes(args)
-    tasks = build_matrix(ax["models"], ax["seeds"], ax["rates"], ax["policies"], ax["stall_models"], args.caps,
-                         ax["cap_policies"])
+    tasks = matrix(ax)
     prev = previous_costs(costs_from)
-    costs = sorted((estimate(t, ax["hours"], prev) for t in tasks), reverse=True)
+    cost = {t: estimate(t, ax["hours"], prev) for t in tasks}
     procs = [0.0] * max(1, args.jobs)
-    for c in costs:  # longest first onto the least loaded process, as the pool does
+    for c in sorted(cost.values(), reverse=True):  # longest first onto the least loaded process, as the pool does
         procs[procs.index(min(procs))] += c
     missing = sorted({(t.model, t.label) for t in tasks} - set(prev))
-    print(f"{len(tasks)} runs of {ax['hours']:g} h; summed run seconds ~{sum(costs):,.0f} s; wall on {args.jobs} "
-          f"processes ~{max(procs) / 60:.1f} min (costs from {costs_from}"
+    stall = sum(t.stall_reclaim for t in tasks)
+    sweep = sum(t.cap != DEFAULT_CAP for t in tasks)
+    print(f"{len(tasks)} runs of {ax['hours']:g} h: {len(tasks) - stall - sweep} = {len(ax['models'])} models x "
+          f"{len(ax['seeds'])} seeds x {len(ax['rates'])} failure rates x {len(ax['policies'])} policies; "
+          f"{stall} +stall; {sweep} worker-cap sweep")
+    print(f"summed run seconds ~{sum(cost.values()):,.0f} s, the longest run ~{max(cost.values(), default=0.0):,.0f} s; "
+          f"wall on {args.jobs} processes ~{max(procs) / 60:.1f} min (costs from {costs_from}"
           + (f"; default cost for {len(missing)} (model, label) pairs it lacks" if missing else "") + ")")
     return 0
 
 
 def run(args: argparse.Namespace, argv: list[str], json_path: Path) -> dict[str, Any]:
-    quick = args.quick
     ax = axes(args)
-    hours, models, seeds, rates, policies = ax["hours"], ax["models"], ax["seeds"], ax["rates"], ax["policies"]
-    stall_models, cap_policies = ax["stall_models"], ax["cap_policies"]
-    tasks = build_matrix(models, seeds, rates, policies, stall_models, args.caps, cap_policies)
-    ref = (models[0], seeds[0], rates[0])
+    tasks = matrix(ax)
+    hours = ax["hours"]
+    ref = (ax["models"][0], ax["seeds"][0], ax["rates"][0])
     print(f"{len(tasks)} runs on {args.jobs} processes ({hours:g} h each)", file=sys.stderr)
     commit = _git("rev-parse", "--short", "HEAD") or "?"  # what the runs ran: read before them
     dirty = bool(_git("status", "--porcelain", "--", "simulator", "autoscaler", "benchmarks/policy.py"))
-    speed = SpeedLog()
     t0 = time.perf_counter()
     records = run_matrix(tasks, args.trace, args.start, hours, args.jobs, ref, previous_costs(json_path),
-                         progress=not args.no_progress, speed=speed)
+                         progress=not args.no_progress)
     wall = time.perf_counter() - t0
     order = {t: i for i, t in enumerate(tasks)}
     records.sort(key=lambda r: order[Task(r["model"], r["seed"], r["rate"], r["policy"], r["stall_reclaim"],
                                           r["cap"])])
     meta = {
-        "command": " ".join([f"{_python_cmd()} benchmarks/policy.py", *argv]), "make_bench": not argv,
-        "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "commit": commit,
-        "dirty": dirty, "machine": _machine(), "build": describe(BUILD),
+        "command": " ".join([COMMAND, *argv]), "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "commit": commit,
+        "dirty": dirty, "machine": _machine(), "python": f"{platform.python_implementation()} {platform.python_version()}",
         "cores": os.cpu_count(), "processes": args.jobs, "wall_s": round(wall, 1),
         "run_s_sum": round(sum(r["secs"] for r in records), 1),
         "run_cpu_s_sum": round(sum(r["cpu_s"] for r in records), 1),
         "load_s_sum": round(sum(r["load_s"] for r in records), 1),
-        "trace": args.trace, "start": args.start, "hours": hours, "models": models, "seeds": seeds, "rates": rates,
-        "policies": policies, "stall_models": stall_models, "caps": args.caps, "cap_policies": cap_policies,
-        "ref": list(ref), "quick": quick, "machine_speed": speed.summary(),
+        "trace": args.trace, "start": args.start, **ax, "ref": list(ref), "quick": args.quick,
     }
     return {"meta": meta, "runs": records}
 

@@ -10,7 +10,7 @@ judges there); writes ``results/reclaim_budget.md``, ``reclaim_budget.json`` and
 Every reclaimed worker kills the idle actor on it (its warm state: a loaded model, a cache; the
 simulator loses no work with it), so the page shows both the idle GPU-hours and the actors killed.
 
-    python benchmarks/reclaim_budget.py                        # the month, budgets 4,16,64,1000 (make bench)
+    python benchmarks/reclaim_budget.py                        # the month, budgets 4,16,64,1000 (make bench-full)
     python benchmarks/reclaim_budget.py --hours 168 --models scattered --budgets 4,1000
     python benchmarks/reclaim_budget.py --render-only          # re-render from reclaim_budget.json
 
@@ -30,16 +30,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.compiled import select_build  # noqa: E402
-
-# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): the project's packages come from
-# there, selected before any project module is imported here (benchmarks/compiled.py)
-BUILD = select_build(exit_on_stale=True)
-
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults  # noqa: E402
-from benchmarks.sim_runs import bench_config, page_data, provenance, run_pool, window_parser  # noqa: E402
-from simulator.cli import load_window  # noqa: E402
-from simulator.engine import Engine  # noqa: E402
+from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from simulator.engine import Engine, SimConfig  # noqa: E402
+from simulator.inputs import load_window  # noqa: E402
 from simulator.metrics import CONTROLLABLE_CLASSES  # noqa: E402
 
 BASELINE = "ray-idle"
@@ -54,7 +48,7 @@ DEFAULT_BUDGET = DEFAULTS.reclaim_budget_per_hour
 def run_one(args: tuple[str, str, int | None, bool, str, str, float, int, float]) -> dict[str, Any]:
     """One run in a pool worker: ``policy`` under ``model`` at ``budget`` (None: the baseline's run)."""
     policy, model, budget, stall, trace, start, hours, seed, rate = args
-    cfg = bench_config(seed=seed, gpu_failure_rate=rate, stall_reclaim=stall, reclaim_budget_per_hour=budget)
+    cfg = SimConfig(seed=seed, gpu_failure_rate=rate, stall_reclaim=stall, reclaim_budget_per_hour=budget)
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     t0 = time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, policy, cfg)

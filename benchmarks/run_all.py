@@ -1,15 +1,29 @@
-"""Run every benchmark in one go (`make bench`); each writes its table under benchmarks/results/.
+"""Run the benchmarks in one go: the quick set (``make bench``, the default) or the full one (``make bench-full``).
 
-Benchmarks report, they never assert: speeds and memory are compared side by side in each table,
-with the command that produced it. This runner only sequences them and prints how long each took.
+Each benchmark writes its own page under benchmarks/results/; this runner only sequences them, prints how
+long each took, and writes a page of its own (``make-bench.md`` / ``make-bench-full.md``) listing what it
+ran, each benchmark's exit status and seconds, and the wall time of the whole run, as measured.
+
+- quick (``--quick``, the default): the exporter, NVML-call, controller-at-scale and decision-latency
+  benchmarks, and the quick policy matrix (``policy.py --quick``: the Philly week under every utilization
+  model and policy, one seed) -> ``policy-quick.*``.
+- full (``--full``): the same, the idle-actor reclaim budget sweep, the whole policy matrix
+  (``policy.py``: the Philly month, seeds 1-3) -> ``policy.*``, and the stall deactivation delay sweeps
+  (grounded, serving).  It takes what it takes; its pages say how long.
+
+Benchmarks report, they never assert: speeds and memory are compared side by side in each table, with
+the command that produced it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -17,64 +31,107 @@ from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+RESULTS = HERE / "results"
+
+Benchmark = tuple[str, str, tuple[str, ...]]  # (name, script, args)
 
 # (name, script, args) in the order a reader meets the parts
-BENCHMARKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+SERVICES: tuple[Benchmark, ...] = (
     ("exporter scrape/collect/RSS", "exporter_bench.py", ()),
     ("NVML call latency (fake library here)", "nvml_latency.py", ("--fake", "--out", "benchmarks/results/nvml-latency-fake.md")),
     ("controller at scale", "controller_bench.py", ()),
     ("decision latency", "decision_latency.py", ()),
-    # where a simulated week's time goes, part by part, and how often a pass's inputs are unchanged (the
-    # most an exact skip of unchanged work could save): 3 policies, about 1 min on 2 cores
-    ("simulator pass profile", "pass_profile.py", ()),
-    # the idle-actor reclaim budget: idle GPU-hours against actors killed, the month under each
-    # utilization model, budgets 4 (the default) to 1000, ray-idle as the yardstick (19 runs); before
-    # the policy page, which reads its verdicts (reclaim_budget.json) for the same window
+)
+QUICK: tuple[Benchmark, ...] = (
+    *SERVICES,
+    ("policy quality, the quick matrix (simulator)", "policy.py", ("--quick",)),
+)
+FULL: tuple[Benchmark, ...] = (
+    *SERVICES,
+    # the idle-actor reclaim budget over the month, per model, ray-idle as the yardstick; before the policy
+    # page, which quotes its verdicts (reclaim_budget.json) for the same window
     ("idle-actor reclaim budget (simulator)", "reclaim_budget.py", ()),
-    # the whole matrix (#11): the Philly month under every utilization model, seeds 1-3, GPU failure rates
-    # 0.01 and 0.05, every policy (the queuepilot ones also with stall reclaim under grounded and serving),
-    # plus the worker-cap sweep: 154 runs, one table per model and failure rate and a summary
-    # (`policy.py --plan` estimates its wall time from a run's costs; measured whole on 2026-12-04 at
-    # 79088d9: 40.0 min on 2 cores interpreted; 2026-12-05 at 301e8c4 on the mypyc build, a machine
-    # about 1.5x slower: 39.3 min; 2026-12-06 at 9a096b4 on the 16-module build, the same machine:
-    # 36.4 min, at 377ef68 37.4 min (a slower hour); at 2698b70 in .venv-bench (Debian's python3.11)
-    # 34.2 and 28.3 min in two runs the same morning; at 5b191ab and faf273b that afternoon 22.4 and
-    # 21.9 min, at ef9e59a that evening 19.4, 21.0 and 21.4 min; more or less as the machine's speed moves,
-    # which the page reports beside its wall time: docs/simulation.md, "Speed")
     ("policy quality, the whole matrix (simulator)", "policy.py", ()),
-    # the stall deactivation delay: killed work against idle GPU-hours, grounded month (5 runs)
+    # the stall deactivation delay: killed work against idle GPU-hours, grounded month
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
-    # the same under the serving model, longer delays: whether any delay keeps killed work within 1 %
-    # where GPUs sit idle between requests (5 runs)
+    # the same under the serving model, longer delays
     ("stall deactivation delay, serving (simulator)", "stall_delay.py",
      ("--model", "serving", "--delays", "2h,4h,8h,12h", "--name", "stall_delay-serving")),
 )
+MODES = {"quick": ("make bench", "make-bench", QUICK), "full": ("make bench-full", "make-bench-full", FULL)}
+
+
+def selected(benchmarks: tuple[Benchmark, ...], only: str | None) -> list[Benchmark]:
+    """The benchmarks ``--only`` names (comma-separated substrings of a name or script), else all."""
+    if not only:
+        return list(benchmarks)
+    words = [w for w in only.split(",") if w]
+    return [b for b in benchmarks if any(w in b[0] or w in b[1] for w in words)]
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip() or "?"
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def page(target: str, rows: list[tuple[str, str, str, float | None]], wall_s: float, commit: str,
+         date: str) -> str:
+    """The runner's page: what ``target`` ran, each benchmark's exit status and seconds, the total."""
+    lines = [f"# `{target}`", "",
+             f"Run {date} at git {commit} on {platform.machine()}, {os.cpu_count()} cores, "
+             f"{platform.python_implementation()} {platform.python_version()} (`benchmarks/run_all.py`; each "
+             "benchmark's own page, in this folder, has its numbers and the command that produced them).", "",
+             "| benchmark | command | exit | seconds |", "|---|---|---:|---:|"]
+    for name, cmd, rc, secs in rows:
+        lines.append(f"| {name} | `{cmd}` | {rc} | {'-' if secs is None else f'{secs:,.1f}'} |")
+    failed = sum(1 for _, _, rc, _ in rows if rc != "0")
+    lines += ["", f"Wall time {wall_s / 60:.1f} min (measured) for {len(rows)} benchmarks"
+              + (f"; {failed} failed." if failed else "; all exited 0."), ""]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--only", help="comma-separated substrings of benchmark names to run")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                      help="the quick set, make bench (the default)")
+    mode.add_argument("--full", dest="mode", action="store_const", const="full",
+                      help="every benchmark with the whole policy matrix, make bench-full")
+    parser.set_defaults(mode="quick")
+    parser.add_argument("--only", help="comma-separated substrings of benchmark names or scripts to run "
+                        "(no runner page is written then)")
     args = parser.parse_args(argv)
+    target, stem, benchmarks = MODES[args.mode]
     console = Console()
-    table = Table(title="benchmarks (tables in benchmarks/results/)")
+    table = Table(title=f"{target}: benchmarks (pages in benchmarks/results/)")
     for col in ("benchmark", "script", "exit", "seconds"):
         table.add_column(col)
-    failed = 0
-    for name, script, extra in BENCHMARKS:
-        if args.only and not any(s in name or s in script for s in args.only.split(",")):
-            continue
+    commit, date = _git_commit(), f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    rows: list[tuple[str, str, str, float | None]] = []
+    t_all = time.monotonic()
+    for name, script, extra in selected(benchmarks, args.only):
         path = HERE / script
+        cmd = " ".join(["python", f"benchmarks/{script}", *extra])
         if not path.exists():
             table.add_row(name, script, "missing", "-")
-            failed += 1
+            rows.append((name, cmd, "missing", None))
             continue
         console.rule(f"{name}: {script}")
         t0 = time.monotonic()
         rc = subprocess.call([sys.executable, str(path), *extra], cwd=REPO)
-        table.add_row(name, script, str(rc), f"{time.monotonic() - t0:.1f}")
-        failed += rc != 0
+        secs = time.monotonic() - t0
+        table.add_row(name, script, str(rc), f"{secs:.1f}")
+        rows.append((name, cmd, str(rc), secs))
+    wall = time.monotonic() - t_all
     console.print(table)
-    return 1 if failed else 0
+    console.print(f"{target}: {wall / 60:.1f} min")
+    if not args.only:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"{stem}.md").write_text(page(target, rows, wall, commit, date))
+    return 1 if any(rc != "0" for _, _, rc, _ in rows) else 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
-"""What the knob-sweep benchmarks (``stall_delay.py``, ``reclaim_budget.py``) share: their simulator runs
-in a process pool behind a progress bar, and the provenance their pages print (when, by which command,
-at which commit, on what machine), read before the runs so that a commit made meanwhile is not named;
-and the simulator configuration every benchmark page runs (``bench_config``, ``policy.py`` and
-``pass_profile.py`` too)."""
+"""What the knob-sweep benchmarks (``stall_delay.py``, ``reclaim_budget.py``, ``pass_profile.py``) share:
+their simulator runs in a process pool behind a progress bar, and the provenance their pages print (when,
+by which command, at which commit, on what machine and Python), read before the runs so that a commit
+made meanwhile is not named."""
 
 from __future__ import annotations
 
@@ -16,31 +15,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from benchmarks.compiled import describe, selected
-
-if TYPE_CHECKING:
-    from simulator.engine import SimConfig
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 
-def bench_config(**changes: Any) -> SimConfig:
-    """``SimConfig`` with ``changes``, as the benchmark pages run it: the right-sizing feed left out
-    (``SimConfig.rightsizing``: no page reports a recommendation, and it changes no decision)."""
-    from dataclasses import replace
-
-    from simulator.engine import SimConfig
-
-    return replace(SimConfig(), rightsizing=False, **changes)
-
-
 def window_parser(doc: str | None, name: str) -> argparse.ArgumentParser:
     """The flags every knob sweep has: the trace window, seed and failure rate, processes, where its page
     goes (``--out``/``--name``, default ``name``) and ``--render-only``; the sweep adds its own knob."""
-    from simulator.cli import default_trace
+    from simulator.inputs import default_trace
 
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hours", type=float, default=720.0)
@@ -60,7 +44,8 @@ def provenance(script: str, argv: Sequence[str] | None) -> dict[str, str]:
                          text=True).stdout.strip() or "unknown"
     return {"generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "command": f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv),
-            "git": git, "machine": f"{platform.machine()}, {os.cpu_count()} cores; {describe(selected())}"}
+            "git": git, "machine": f"{platform.machine()}, {os.cpu_count()} cores; "
+                       f"{platform.python_implementation()} {platform.python_version()}"}
 
 
 def run_pool(fn: Callable[[T], dict[str, Any]], packed: Sequence[T], label: str, jobs: int) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ model with every team's ClusterQueue opted in to stall deactivation (``--stall-r
 stalled GPUs sooner and kills more jobs that were only pausing (an evaluation, a checkpoint, an input
 stall inside the run); the page shows both, so that the controller's default (2 h) can be judged.
 
-    python benchmarks/stall_delay.py                      # the month, delays 30m,1h,2h,4h (make bench)
+    python benchmarks/stall_delay.py                      # the month, delays 30m,1h,2h,4h (make bench-full)
     python benchmarks/stall_delay.py --hours 168 --delays 30m,2h
     python benchmarks/stall_delay.py --render-only        # re-render from stall_delay.json
 """
@@ -21,17 +21,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.compiled import select_build  # noqa: E402
-
-# QUEUEPILOT_COMPILED names the compiled simulator (make compiled): the project's packages come from
-# there, selected before any project module is imported here (benchmarks/compiled.py)
-BUILD = select_build(exit_on_stale=True)
-
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
-from benchmarks.sim_runs import bench_config, page_data, provenance, run_pool, window_parser  # noqa: E402
-from simulator.cli import load_window  # noqa: E402
-from simulator.engine import Engine  # noqa: E402
+from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from simulator.engine import Engine, SimConfig  # noqa: E402
+from simulator.inputs import load_window  # noqa: E402
 
 BASELINE = "ray-idle"
 POLICY = "queuepilot"
@@ -41,7 +35,7 @@ DEFAULT_DELAYS = ("30m", "1h", "2h", "4h")
 def run_one(args: tuple[str, float | None, str, str, float, str, int, float]) -> dict[str, Any]:
     """One run in a pool worker: ``policy`` with stall reclaim at ``delay`` (None: the baseline)."""
     policy, delay, trace, start, hours, model, seed, rate = args
-    cfg = bench_config(seed=seed, gpu_failure_rate=rate, stall_reclaim=delay is not None,
+    cfg = SimConfig(seed=seed, gpu_failure_rate=rate, stall_reclaim=delay is not None,
                        stall_deactivate_after_s=delay)
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     t0 = time.process_time()

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator.cli import default_trace
+from simulator.inputs import default_trace
 from simulator.utilization import GROUNDED, MODELS, PHASES, SERVING, fleet_samples
 from simulator.workload import load_philly
 

@@ -23,10 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
-import os
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,40 +34,19 @@ from autoscaler.core.policy.stall import MIN_WINDOW_SECONDS, StallConfig
 from servicekit.argtypes import count, positive_seconds
 from servicekit.envflags import EnvError, HelpFormatter, apply_env
 from simulator.engine import POLICIES, Engine, SimConfig
+from simulator.inputs import (
+    DEFAULT_START,
+    check_writable,
+    default_trace,
+    load_window,
+    non_negative_rate,
+    positive_factor,
+    positive_hours,
+)
 from simulator.utilization import DEFAULT_MODEL, MODELS
-from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
+from simulator.workload import TraceWindow
 
 log = logging.getLogger("queuepilot.simulate")
-
-DEFAULT_START = "2017-10-03"
-REPO = Path(__file__).resolve().parents[1]
-
-
-def default_trace() -> Path:
-    shared = Path(os.environ.get("QUEUEPILOT_SHARED", str(REPO.parent / "shared")))
-    return shared / "traces" / "philly-pollux" / "philly.csv"
-
-
-def _number(text: str, *, allow_zero: bool) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise argparse.ArgumentTypeError(f"must be a finite number {'>=' if allow_zero else '>'} 0, got {text}")
-    return value
-
-
-def non_negative_rate(text: str) -> float:
-    return _number(text, allow_zero=True)
-
-
-def positive_hours(text: str) -> float:
-    return _number(text, allow_zero=False)
-
-
-def positive_factor(text: str) -> float:
-    return _number(text, allow_zero=False)
 
 
 def stall_delay(text: str) -> float:
@@ -125,19 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_writable(path: Path, *, directory: bool) -> None:
-    """Fail before the run, not after it: create ``path`` (a directory) or its parent, and write a probe."""
-    where = path if directory else path.parent
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=where, prefix=".queuepilot-probe-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"cannot write to {where}: {e.strerror or e}") from None
-    if not directory and path.is_dir():
-        raise ValueError(f"{path} is a directory, not a file")
-
-
 def parse_policies(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
@@ -149,27 +112,6 @@ def parse_policies(text: str) -> list[str]:
     if unknown or not names:
         raise ValueError(f"unknown policies {unknown} (known: {', '.join(POLICIES)})")
     return names
-
-
-def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
-                util_model: str = DEFAULT_MODEL) -> TraceWindow:
-    if util_model not in MODELS:
-        raise ValueError(f"unknown utilization model {util_model!r} (known: {', '.join(sorted(MODELS))})")
-    if trace == "synthetic":
-        return synthetic(hours, seed, max_gpus, util_model=util_model)
-    path = Path(trace)
-    if not path.is_file():
-        raise FileNotFoundError(f"trace not found: {path} (set QUEUEPILOT_SHARED or pass --trace)")
-    try:
-        begin = parse_start(start)
-    except ValueError:
-        raise ValueError(f"--start {start!r} is not an ISO date/time (e.g. 2017-10-03 or 2017-10-03T08:00)") from None
-    window = load_philly(path, begin, hours, seed, max_gpus, util_model=util_model)
-    first, last = window.trace_range
-    if first is not None and last is not None and not first <= begin <= last:
-        raise ValueError(f"--start {start} is outside the trace, which runs from {first:%Y-%m-%d %H:%M} "
-                         f"to {last:%Y-%m-%d %H:%M}")
-    return window
 
 
 def results(engines: dict[str, Engine], meta: dict[str, Any],

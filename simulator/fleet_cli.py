@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from simulator.cli import (
+from simulator.fleet import CLASSES, DISPATCHERS, FleetConfig, FleetSim, run_dispatchers, split_nodes
+from simulator.fleet_table import table_rows
+from simulator.inputs import (
     DEFAULT_START,
     check_writable,
     default_trace,
@@ -29,7 +31,6 @@ from simulator.cli import (
     non_negative_rate,
     positive_hours,
 )
-from simulator.fleet import CLASSES, DISPATCHERS, FleetConfig, FleetSim, run_dispatchers, split_nodes
 
 PROG = "queuepilot simulate"
 
@@ -82,39 +83,6 @@ def parse_dispatchers(text: str) -> list[str]:
     if unknown or not names:
         raise ValueError(f"unknown dispatchers {unknown or [text]} (known: {', '.join(DISPATCHERS)})")
     return list(dict.fromkeys(names))
-
-
-def _h(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def table_rows(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """The readable table (also used by benchmarks/fleet.py for its markdown)."""
-    header = ["dispatcher"]
-    for c in CLASSES:
-        header.append(f"wait {c} p50/p95/p99")
-    header += ["unplaceable (GPU-h)", "remote created/deleted", "completed", "util of alloc", "alloc share"]
-    rows = []
-    for name, s in summaries.items():
-        row = [name]
-        for c in CLASSES:
-            n = s[f"jobs_{c}"]
-            row.append("/".join(_h(s[f"wait_{c}_p{q}_s"]) for q in (50, 95, 99)) + f" (n={n})")
-        row += [f"{s['unplaceable_dispatches']} ({s['unplaceable_gpu_hours']:,.0f})",
-                f"{s['remote_created']:,}/{s['remote_deleted']:,}", f"{s['jobs_completed']:,}",
-                _pct(s["gpu_util_allocated"]), _pct(s["gpu_allocated_share"])]
-        rows.append(row)
-    return header, rows
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def results(sims: dict[str, FleetSim], meta: dict[str, Any]) -> dict[str, Any]:

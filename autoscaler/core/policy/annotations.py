@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from autoscaler.core.policy.behavior import ScalingRules
 from autoscaler.core.policy.config import (
@@ -145,7 +146,8 @@ class PolicyAnnotations:
             if not error:
                 try:
                     value = o.value.over(getattr(policy, o.field)) if isinstance(o.value, RulesPatch) else o.value
-                    policy = replace(policy, **{o.field: value})
+                    changes: dict[str, Any] = {o.field: value}
+                    policy = replace(policy, **changes)
                 except (ValueError, TypeError, ArithmeticError) as e:
                     error = str(e)
             if error:

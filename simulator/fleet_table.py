@@ -1,0 +1,42 @@
+"""The per-dispatcher table of a multi-cluster run (``queuepilot simulate --clusters N``): queue wait per
+job class and what dispatching cost, as rows of text; the CLI prints it, ``benchmarks/fleet.py`` writes it
+as markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.fleet import CLASSES
+
+
+def _h(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def table_rows(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The readable table (also used by benchmarks/fleet.py for its markdown)."""
+    header = ["dispatcher"]
+    for c in CLASSES:
+        header.append(f"wait {c} p50/p95/p99")
+    header += ["unplaceable (GPU-h)", "remote created/deleted", "completed", "util of alloc", "alloc share"]
+    rows = []
+    for name, s in summaries.items():
+        row = [name]
+        for c in CLASSES:
+            n = s[f"jobs_{c}"]
+            row.append("/".join(_h(s[f"wait_{c}_p{q}_s"]) for q in (50, 95, 99)) + f" (n={n})")
+        row += [f"{s['unplaceable_dispatches']} ({s['unplaceable_gpu_hours']:,.0f})",
+                f"{s['remote_created']:,}/{s['remote_deleted']:,}", f"{s['jobs_completed']:,}",
+                _pct(s["gpu_util_allocated"]), _pct(s["gpu_allocated_share"])]
+        rows.append(row)
+    return header, rows
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"

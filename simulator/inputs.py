@@ -1,0 +1,91 @@
+"""What a simulation runs on, shared by the two ``queuepilot simulate`` front ends (``simulator/cli.py``,
+``simulator/fleet_cli.py``) and the benchmarks: the default trace, a trace window loaded with its
+utilization model, the window start, the command-line number types they both take, and the probe that
+an output path can be written before a run starts.
+
+The dependency runs one way: the CLIs and the benchmarks import this module; it imports neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from simulator.utilization import DEFAULT_MODEL, MODELS
+from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
+
+DEFAULT_START = "2017-10-03"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_trace() -> Path:
+    """``$QUEUEPILOT_SHARED/traces/philly-pollux/philly.csv`` (``QUEUEPILOT_SHARED`` defaulting to the
+    ``shared`` folder beside the checkout)."""
+    shared = Path(os.environ.get("QUEUEPILOT_SHARED", str(REPO.parent / "shared")))
+    return shared / "traces" / "philly-pollux" / "philly.csv"
+
+
+def _number(text: str, *, allow_zero: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise argparse.ArgumentTypeError(f"must be a finite number {'>=' if allow_zero else '>'} 0, got {text}")
+    return value
+
+
+def non_negative_rate(text: str) -> float:
+    """An argparse type: a finite number >= 0 (``--gpu-failure-rate``)."""
+    return _number(text, allow_zero=True)
+
+
+def positive_hours(text: str) -> float:
+    """An argparse type: a finite number > 0 (``--hours``)."""
+    return _number(text, allow_zero=False)
+
+
+def positive_factor(text: str) -> float:
+    """An argparse type: a finite number > 0 (``--worker-cap-factor``)."""
+    return _number(text, allow_zero=False)
+
+
+def check_writable(path: Path, *, directory: bool) -> None:
+    """Fail before the run, not after it: create ``path`` (a directory) or its parent, and write a probe."""
+    where = path if directory else path.parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".queuepilot-probe-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write to {where}: {e.strerror or e}") from None
+    if not directory and path.is_dir():
+        raise ValueError(f"{path} is a directory, not a file")
+
+
+def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
+                util_model: str = DEFAULT_MODEL) -> TraceWindow:
+    """The jobs of ``hours`` from ``start`` of ``trace`` (a Philly-format CSV, or ``synthetic``), each
+    with its utilization drawn under ``util_model`` from ``seed``; jobs larger than ``max_gpus`` dropped
+    and counted.  A bad model, a missing trace or a start outside it is a ValueError or
+    FileNotFoundError whose message a CLI prints as is."""
+    if util_model not in MODELS:
+        raise ValueError(f"unknown utilization model {util_model!r} (known: {', '.join(sorted(MODELS))})")
+    if trace == "synthetic":
+        return synthetic(hours, seed, max_gpus, util_model=util_model)
+    path = Path(trace)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace not found: {path} (set QUEUEPILOT_SHARED or pass --trace)")
+    try:
+        begin = parse_start(start)
+    except ValueError:
+        raise ValueError(f"--start {start!r} is not an ISO date/time (e.g. 2017-10-03 or 2017-10-03T08:00)") from None
+    window = load_philly(path, begin, hours, seed, max_gpus, util_model=util_model)
+    first, last = window.trace_range
+    if first is not None and last is not None and not first <= begin <= last:
+        raise ValueError(f"--start {start} is outside the trace, which runs from {first:%Y-%m-%d %H:%M} "
+                         f"to {last:%Y-%m-%d %H:%M}")
+    return window
