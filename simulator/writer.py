@@ -165,7 +165,7 @@ class SimWriter:
         self._wrote(WORKLOAD_STATUS)
         return WriteOutcome("written", "", 1)
 
-    async def patch_group(self, decision: GroupDecision, group_index: int, now: float) -> WriteOutcome:
+    async def patch_group(self, decision: GroupDecision, now: float) -> WriteOutcome:
         if decision.write == "none":
             return WriteOutcome("unchanged")
         if self.dry_run:
@@ -174,7 +174,7 @@ class SimWriter:
         if rc is None:
             self._failed(RAYCLUSTERS, "not_found")
             return WriteOutcome("skipped", "gone", 1)
-        if group_index != 0 or decision.group != rc.group:
+        if decision.group_index != 0 or decision.group != rc.group:
             self._failed(RAYCLUSTERS, "invalid")  # the patch's "test" op on groupName fails: 422
             return WriteOutcome("error", "invalid", 1)
         if str(rc.version) != decision.resource_version:

@@ -82,8 +82,8 @@ class KubeWriter:
         return await write_check_state(self.api_client, decision, field_manager=self.controller_name, now=now,
                                        write_guard=self.guard)
 
-    async def patch_group(self, decision: GroupDecision, group_index: int, now: float) -> WriteOutcome:
-        return await patch_group(self.api_client, decision, group_index, field_manager=self.field_manager, now=now,
+    async def patch_group(self, decision: GroupDecision, now: float) -> WriteOutcome:
+        return await patch_group(self.api_client, decision, field_manager=self.field_manager, now=now,
                                  write_guard=self.guard, dry_run=self.dry_run)
 
     async def deactivate_workload(self, stalled: StalledWorkload, now: float) -> WriteOutcome:

@@ -1,8 +1,8 @@
 """Write a worker group's scale decision onto the RayCluster spec in ONE JSON patch.
 
 The patch (``application/json-patch+json``) carries:
-- ``test`` that ``/spec/workerGroupSpecs/<i>/groupName`` is the group (the index comes from the
-  snapshot, whose resourceVersion the next op pins);
+- ``test`` that ``/spec/workerGroupSpecs/<i>/groupName`` is the group (``i`` is the decision's
+  ``group_index``, its position in the snapshot, whose resourceVersion the next op pins);
 - ``replace /metadata/resourceVersion`` with the snapshot's value: the API server treats a
   resourceVersion in the patched object as a precondition, so a RayCluster that changed since
   (the Ray autoscaler, a user) answers 409 Conflict.  We then do NOT retry: the next pass decides
@@ -36,11 +36,12 @@ RESOURCE = "rayclusters"
 JSON_PATCH = "application/json-patch+json"
 
 
-def patch_ops(decision: GroupDecision, index: int) -> list[dict[str, Any]] | None:
-    """The JSON patch for ``decision`` on group ``index``, or None when it writes nothing."""
+def patch_ops(decision: GroupDecision) -> list[dict[str, Any]] | None:
+    """The JSON patch for ``decision`` (on its group's entry of spec.workerGroupSpecs), or None when it
+    writes nothing."""
     if decision.write == "none":
         return None
-    base = f"/spec/workerGroupSpecs/{index}"
+    base = f"/spec/workerGroupSpecs/{decision.group_index}"
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": f"{base}/groupName", "value": decision.group},
         {"op": "replace", "path": "/metadata/resourceVersion", "value": decision.resource_version},
@@ -66,7 +67,6 @@ def raycluster_key(decision: GroupDecision) -> WriteKey:
 async def patch_group(
     api_client: ApiClient | None,
     decision: GroupDecision,
-    index: int,
     *,
     field_manager: str,
     now: float,
@@ -75,7 +75,7 @@ async def patch_group(
 ) -> WriteOutcome:
     """One JSON patch for ``decision``; 409 -> ``conflict`` (no retry), 404 -> ``skipped``/``gone``,
     any other failure -> the RayCluster is held back (``act.guard``)."""
-    ops = patch_ops(decision, index)
+    ops = patch_ops(decision)
     if ops is None:
         return WriteOutcome("unchanged")
     if dry_run or api_client is None:

@@ -65,7 +65,7 @@ class Writer(Protocol):
         """Write our entry of the Workload's ``status.admissionChecks`` as ``decision`` says."""
         ...
 
-    async def patch_group(self, decision: GroupDecision, group_index: int, now: float) -> WriteOutcome:
+    async def patch_group(self, decision: GroupDecision, now: float) -> WriteOutcome:
         """Write a worker group's replicas / workersToDelete / min / max as ``decision`` says."""
         ...
 

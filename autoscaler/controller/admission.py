@@ -58,17 +58,9 @@ from autoscaler.core.snapshot import CHECK_READY, CHECK_RETRY, ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
-MAX_DECISION_LINES = 50
 MAX_MESSAGE = 1024  # Kueue's limit on an admission-check message
 DRY_RUN_PREFIX = "dry-run: would "
 YIELD_EVERY = 500  # decisions accounted between two yields to the event loop
-
-
-def remember(ctx: ControllerContext, line: str) -> None:
-    """Append a human-readable decision line for the TUI (bounded)."""
-    lines = ctx.published.last_decisions
-    lines.append(line)
-    del lines[:-MAX_DECISION_LINES]
 
 
 def would(d: AdmissionDecision) -> str:
@@ -160,7 +152,7 @@ class AdmissionReconciler(WritingReconciler):
             outcome = await self.writer.activate_check(name, now)
             if outcome.result in ("written", "dry_run"):
                 why = " (dry-run keeps it active: Kueue admits as without queuepilot)" if self.dry_run else ""
-                remember(self.ctx, f"AdmissionCheck {name}: set Active=True{why}")
+                self.ctx.published.remember(f"AdmissionCheck {name}: set Active=True{why}")
 
     async def _write(self, d: AdmissionDecision, now: float) -> WriteOutcome:
         async with self._sem:
@@ -194,5 +186,5 @@ class AdmissionReconciler(WritingReconciler):
             line = f"{d.workload} [{d.cluster_queue}] {d.state or 'Pending'} {d.reason}: {d.message}"
             if outcome.result == "dry_run":  # no API client: decided, nothing written
                 line = "(dry-run) " + line
-        remember(self.ctx, line)
+        self.ctx.published.remember(line)
         log.info("admission %s", line)

@@ -57,6 +57,9 @@ async def offload(size: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.k
     return fn(*args, **kwargs)
 
 
+MAX_DECISION_LINES = 50
+
+
 @dataclass
 class Published:
     """Values the deciders publish for the metrics collector (rendered per scrape)."""
@@ -66,6 +69,12 @@ class Published:
     reserved_gpus: dict[str, int] = field(default_factory=dict)  # flavor -> GPUs promised by the ledger
     last_decisions: list[str] = field(default_factory=list)  # newest last, human-readable, bounded
     recommendations: list[Any] = field(default_factory=list)  # autoscaler.core.rightsizing.GroupRecommendation
+
+    def remember(self, line: str) -> None:
+        """Append a human-readable decision line (the demo's view and logs; the newest
+        ``MAX_DECISION_LINES`` are kept)."""
+        self.last_decisions.append(line)
+        del self.last_decisions[:-MAX_DECISION_LINES]
 
 
 @dataclass

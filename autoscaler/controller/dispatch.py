@@ -41,7 +41,6 @@ from autoscaler.act.writer import EventType, Writer
 from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchReporter, cancel_tasks
 from autoscaler.cluster.remote import DEFAULT_KUEUE_NAMESPACE, Fleet
 from autoscaler.cluster.source import ClusterObjects
-from autoscaler.controller.admission import remember
 from autoscaler.controller.context import ControllerContext, writer_for
 from autoscaler.controller.snapshot_builder import BuildConfig, build_snapshot
 from autoscaler.core.policy.dispatch import (
@@ -350,7 +349,7 @@ class DispatchReconciler:
         text = f"{prefix} {what}: {d.message}"[:1024]
         self.writer.post_event(ref, "Normal" if mode == "dry_run" else etype, d.reason, text, now)
         line = f"{'(dry-run) ' if mode == 'dry_run' else ''}{d.workload} [{d.cluster_queue}] {d.reason}: {text}"
-        remember(self.ctx, line)
+        self.ctx.published.remember(line)
         log.info("dispatch %s", line)
 
     def _publish(self, workers: Mapping[str, WorkerView], now: float) -> None:

@@ -34,7 +34,6 @@ from typing import Any
 from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome, rfc3339
 from autoscaler.act.writer import Writer
-from autoscaler.controller.admission import remember
 from autoscaler.controller.context import (
     ControllerContext,
     WritingReconciler,
@@ -161,7 +160,7 @@ class RecommendationReconciler(WritingReconciler):
             self._warned[key] = warning or ""
             if warning:
                 self.writer.post_event(ref, "Warning", R.MALFORMED_ANNOTATION, warning, now)
-                remember(self.ctx, f"{key}: {R.MALFORMED_ANNOTATION}: {warning}")
+                self.ctx.published.remember(f"{key}: {R.MALFORMED_ANNOTATION}: {warning}")
         entries = {r.key.group: entry_of(r) for r in recs}
         for r in recs:
             self._announce(ref, r.key, entries[r.key.group], now)
@@ -192,4 +191,4 @@ class RecommendationReconciler(WritingReconciler):
         self.announced[key] = entry
         message = change_message(entry)
         self.writer.post_event(ref, "Normal", R.RECOMMENDATION_CHANGED, message, now)
-        remember(self.ctx, f"{ref.namespace}/{ref.name} {R.RECOMMENDATION_CHANGED}: {message}")
+        self.ctx.published.remember(f"{ref.namespace}/{ref.name} {R.RECOMMENDATION_CHANGED}: {message}")

@@ -32,7 +32,6 @@ from dataclasses import replace
 from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
-from autoscaler.controller.admission import remember
 from autoscaler.controller.context import (
     ControllerContext,
     WritingReconciler,
@@ -127,7 +126,7 @@ class ScalingReconciler(WritingReconciler):
             self._warned[rc.key] = result.warnings
             for w in result.warnings:
                 self.writer.post_event(_ref(rc), "Warning", R.MALFORMED_ANNOTATION, w, now)
-                remember(self.ctx, f"{rc.key}: {R.MALFORMED_ANNOTATION}: {w}")
+                self.ctx.published.remember(f"{rc.key}: {R.MALFORMED_ANNOTATION}: {w}")
         published = self.ctx.published
         for d in result.decisions:
             gk = d.key
@@ -138,8 +137,7 @@ class ScalingReconciler(WritingReconciler):
                 if self.dry_run:
                     outcome = WriteOutcome("dry_run")
                 else:
-                    index = next(i for i, g in enumerate(rc.groups) if g.name == d.group)
-                    outcome = await self.writer.patch_group(d, index, now)
+                    outcome = await self.writer.patch_group(d, now)
                 if outcome.result != "written":
                     # not written: keep the new observations, forget the change that did not happen
                     history = {**history, d.group: history[d.group].rollback(previous.get(d.group, GroupHistory()))}
@@ -184,7 +182,7 @@ class ScalingReconciler(WritingReconciler):
             self.writer.post_event(ref, etype, d.reason, f"group {d.group}: {prefix}{message}", now)
             line = f"{prefix}{d.namespace}/{d.cluster}/{d.group} {d.direction} {d.current}->{d.desired} " \
                    f"{d.reason}: {message}"
-        remember(self.ctx, line)
+        self.ctx.published.remember(line)
         log.info("scaling %s", line)
 
 

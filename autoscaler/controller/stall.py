@@ -33,7 +33,6 @@ from dataclasses import replace
 from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import Writer
-from autoscaler.controller.admission import remember
 from autoscaler.controller.context import ControllerContext, offload, snapshot_size, writer_for
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.stall import (
@@ -91,7 +90,7 @@ class StallReconciler:
         ref = ObjectRef(WORKLOAD_API, "Workload", s.namespace, s.name, s.uid)
         if s.new:
             self.writer.post_event(ref, "Warning", R.STALLED_WORKLOAD, s.message, now)
-            remember(self.ctx, f"{s.key} {R.STALLED_WORKLOAD}: {s.message}")
+            self.ctx.published.remember(f"{s.key} {R.STALLED_WORKLOAD}: {s.message}")
             log.info("stalled workload %s", s.message)
         if not s.deactivate:  # reported only, or its deactivation is not due yet (s.deactivate_at)
             return True
@@ -102,7 +101,7 @@ class StallReconciler:
             self.ctx.counters.stall_deactivations.labels(cluster_queue=queue, mode="dry_run").inc()
             text = f"(dry-run) would deactivate (spec.active: false): {s.message}"
             self.writer.post_event(ref, "Normal", R.STALLED_WORKLOAD_DEACTIVATED, text, now)
-            remember(self.ctx, f"(dry-run) {s.key} {R.STALLED_WORKLOAD_DEACTIVATED}: {s.message}")
+            self.ctx.published.remember(f"(dry-run) {s.key} {R.STALLED_WORKLOAD_DEACTIVATED}: {s.message}")
             return True
         outcome = await self.writer.deactivate_workload(s, now)
         self.outcomes.append((s, outcome))
@@ -113,7 +112,7 @@ class StallReconciler:
         # an Event about a write names the version it was pinned to (Events are named after both)
         self.writer.post_event(replace(ref, resource_version=s.resource_version), "Warning",
                                R.STALLED_WORKLOAD_DEACTIVATED, s.message, now)
-        remember(self.ctx, f"{s.key} {R.STALLED_WORKLOAD_DEACTIVATED}: {s.message}")
+        self.ctx.published.remember(f"{s.key} {R.STALLED_WORKLOAD_DEACTIVATED}: {s.message}")
         log.info("deactivated stalled workload %s", s.key)
         return True
 

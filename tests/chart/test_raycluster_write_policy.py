@@ -151,8 +151,8 @@ def _decision(**kw: Any) -> GroupDecision:
     return GroupDecision(**{**base, **kw})
 
 
-def _patched(rc: dict, decision: GroupDecision, index: int = 0) -> dict:
-    ops = patch_ops(decision, index)
+def _patched(rc: dict, decision: GroupDecision) -> dict:
+    ops = patch_ops(decision)
     assert ops is not None
     return jsonpatch.apply_patch(rc, ops)
 
@@ -163,7 +163,7 @@ CONTROLLER_WRITES: dict[str, Callable[[dict], dict]] = {
         direction="down", desired=1, write="replicas", workers_to_delete=("tuning-gpu-worker-a", "tuning-gpu-worker-b"))),
     "clear workersToDelete": lambda rc: _patched(rc, _decision(write="replicas", clear_workers_to_delete=True)),
     "in-tree autoscaler: min/max": lambda rc: _patched(rc, _decision(write="min_max", new_min=2, new_max=6)),
-    "second group": lambda rc: _patched(rc, _decision(group="cpu", desired=4, current=2, write="replicas"), 1),
+    "second group": lambda rc: _patched(rc, _decision(group="cpu", desired=4, current=2, write="replicas", group_index=1)),
     # the merge patch of autoscaler.act.raycluster_annotate (RFC 7386 on a dict without nulls: a deep update)
     "the recommendation annotation": lambda rc: _merged(rc, annotation_patch(
         "queuepilot.io/recommendation", '{"computed_at":"2026-12-01T04:00:00Z","groups":[]}')),

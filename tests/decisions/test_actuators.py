@@ -85,18 +85,18 @@ async def test_stale_resource_version_is_a_conflict(fake_api, world, kube_client
     d = GroupDecision(namespace="team-a", cluster="rc", group="gpu", direction="down", reason=R.IDLE_WORKERS,
                       message="m", current=3, desired=2, min_replicas=0, max_replicas=8, workers_to_delete=("p1",),
                       write="replicas", resource_version=rc["metadata"]["resourceVersion"])
-    ops = patch_ops(d, 0)
+    ops = patch_ops(d)
     assert [o["op"] for o in ops] == ["test", "replace", "add", "add"]
     world.api.patch(k.RAY, "RayCluster", "rc", {"metadata": {"labels": {"x": "y"}}}, namespace="team-a")
     ctx = make_ctx()
-    out = await patch_group(kube_client, d, 0, field_manager="queuepilot", now=T0, write_guard=WriteGuard(ctx.counters))
+    out = await patch_group(kube_client, d, field_manager="queuepilot", now=T0, write_guard=WriteGuard(ctx.counters))
     assert out.result == "conflict"
     assert world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]["replicas"] == 3
     # with the current resourceVersion it goes through, replicas and workersToDelete in one patch
     fresh = world.get("RayCluster", "rc")["metadata"]["resourceVersion"]
     fake_api.clear_requests()
     from dataclasses import replace
-    out = await patch_group(kube_client, replace(d, resource_version=fresh), 0, field_manager="queuepilot", now=T0)
+    out = await patch_group(kube_client, replace(d, resource_version=fresh), field_manager="queuepilot", now=T0)
     assert out.result == "written"
     g = world.get("RayCluster", "rc")["spec"]["workerGroupSpecs"][0]
     assert (g["replicas"], g["scaleStrategy"]["workersToDelete"]) == (2, ["p1"])

@@ -311,3 +311,10 @@ def test_one_context_serves_every_cluster_of_the_snapshot():
         assert shared == alone and one(shared).reason == R.IDLE_WORKERS_QUEUE_PRESSURE
     with pytest.raises(ValueError, match="another snapshot"):
         decide_scaling(snap, rcs[0], D, {}, NOW + 1, context=ctx)
+
+
+def test_each_decision_names_its_groups_position_in_the_spec():
+    """The writer patches ``spec.workerGroupSpecs[i]``: each decision carries its group's ``i``."""
+    rc = ray_cluster([group("cpu", gpus=0), group("gpu"), group("big", gpus=8)])
+    result = decide_scaling(snapshot(ray=[rc]), rc, ScalingDefaults(), {}, NOW)
+    assert [(d.group, d.group_index) for d in result.decisions] == [("cpu", 0), ("gpu", 1), ("big", 2)]

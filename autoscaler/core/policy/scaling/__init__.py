@@ -130,12 +130,12 @@ def decide_scaling(
     new_hist: dict[str, GroupHistory] = {}
     # the reclaim budget is the cluster's: every group's reclaims of the last hour count
     budget = max(0, policy.reclaim_budget_per_hour - sum(h.reclaims_in_period(now) for h in history.values()))
-    for group in cluster.groups:
+    for index, group in enumerate(cluster.groups):
         # unscoped infeasible demand is reported once, on the first group
         mine = tuple(infeasible.get(group.name, ())) + (tuple(infeasible.get(None, ())) if group is cluster.groups[0]
                                                         else ())
         case = GroupCase.of(context, cluster, group, policy, demand.get(group.name, []), mine, pressure,
-                            reclaim_budget=budget)
+                            reclaim_budget=budget, index=index)
         old = history.get(group.name, GroupHistory())
         d, h = decide_group(case, old)
         budget = max(0, budget - (h.reclaims_in_period(now) - old.reclaims_in_period(now)))

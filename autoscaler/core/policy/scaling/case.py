@@ -31,17 +31,18 @@ class GroupCase:
     pending_bundles: int
     stale_list: bool  # workersToDelete is set and names only pods that are gone
     reclaim_budget: int = 0  # workers the cluster may still reclaim in this hour
+    index: int = 0  # the group's position in spec.workerGroupSpecs
 
     @classmethod
     def of(cls, ctx: ScalingContext, cluster: RayClusterState, group: WorkerGroupState, policy: ScalingDefaults,
            demand: Sequence[DemandRun], infeasible_demand: tuple[str, ...], pressure: str,
-           reclaim_budget: int = 0) -> GroupCase:
+           reclaim_budget: int = 0, index: int = 0) -> GroupCase:
         stale_list = bool(group.workers_to_delete) and not (set(group.workers_to_delete)
                                                              & {w.pod for w in group.workers})
         return cls(ctx, cluster, group, policy, tuple(demand), infeasible_demand, pressure,
                    pending_gpus=int(sum(b.get("GPU", 0.0) * n for b, _, n in demand)),
                    pending_bundles=sum(n for _, _, n in demand),
-                   stale_list=stale_list, reclaim_budget=reclaim_budget)
+                   stale_list=stale_list, reclaim_budget=reclaim_budget, index=index)
 
     @property
     def now(self) -> float:
@@ -80,7 +81,7 @@ class GroupCase:
             min_replicas=self.group.min_replicas, max_replicas=self.group.max_replicas,
             workers_to_delete=workers_to_delete, write=write, new_min=new_min, new_max=new_max, idle_gpus=idle_gpus,
             pending_gpus=self.pending_gpus, infeasible=infeasible, clear_workers_to_delete=clear_workers_to_delete,
-            resource_version=self.cluster.resource_version, reclaimed=reclaimed,
+            resource_version=self.cluster.resource_version, reclaimed=reclaimed, group_index=self.index,
         )
 
     def hold(self, step: Step, *, may_clear: bool = False) -> GroupDecision:

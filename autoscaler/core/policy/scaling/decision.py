@@ -46,6 +46,7 @@ class GroupDecision:
     resource_version: str = ""
     # the pods of ``workers_to_delete`` that hold Ray actors/tasks (their work is killed)
     reclaimed: tuple[str, ...] = ()
+    group_index: int = 0  # the group's position in spec.workerGroupSpecs, as the snapshot saw it
 
     @property
     def key(self) -> tuple[str, str, str]:
