@@ -231,6 +231,13 @@ class WorkloadState:
         """Kueue's T0: Requeued.lastTransitionTime if present, else creationTimestamp."""
         return self.requeued_at if self.requeued_at is not None else self.created_at
 
+    @property
+    def decision_order(self) -> tuple[int, float, str]:
+        """The order workloads waiting for a check are decided in: higher priority first, then the
+        earlier quota reservation, then the key."""
+        t = self.quota_reserved_at if self.quota_reserved_at is not None else float("inf")
+        return (-self.priority, t, self.key)
+
     def check(self, name: str) -> CheckState | None:
         for c in self.checks:
             if c.name == name:

@@ -16,6 +16,7 @@ from autoscaler.core.policy.dispatch import (
     release_worker_ledger,
 )
 from autoscaler.core.policy.ledger import Ledger
+from autoscaler.core.policy.packing import gpu_sets
 from tests.decisions.builders import NOW, node, snapshot, workload
 
 CFG = DispatchConfig()
@@ -218,7 +219,7 @@ def test_property_fragmentation_score_matches_brute_force(frees, count, gpus):
     w = worker("a", [node(f"n{i}", 8, requested=8 - f) for i, f in enumerate(frees)])
     wl = workload("w", (("main", count, gpus),))
     state = D._Worker(w, Ledger(), CFG)
-    fit, _ = state.fit({"a100": D._gpu_sets(wl)})
+    fit, _ = state.fit({"a100": gpu_sets(wl)})
     if fit is None:
         return
     used = fit.reservation["a100"]

@@ -35,13 +35,20 @@ from dataclasses import dataclass, field
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import AdmissionConfig
 from autoscaler.core.policy.ledger import Ledger
-from autoscaler.core.policy.packing import FreeBins, capacity_bin, node_bin, shape_of
+from autoscaler.core.policy.packing import (
+    FreeBins,
+    blocks_text,
+    capacity_bin,
+    gpu_sets,
+    needs_text,
+    node_bin,
+    shape_of,
+)
 from autoscaler.core.snapshot import (
     CHECK_PENDING,
     CHECK_READY,
     CHECK_REJECTED,
     CHECK_RETRY,
-    GPU_RESOURCE,
     ClusterSnapshot,
     NodeState,
     PodSetSpec,
@@ -61,7 +68,6 @@ __all__ = [
 
 RetryHistory = Mapping[str, int]  # workload key -> Retry decisions made so far (backoff exponent)
 
-_MAX_BLOCKS_SHOWN = 8
 
 
 # from this many earlier retries on, a Fragmented message says what an operator can do about it
@@ -116,37 +122,8 @@ def _pending_in_order(snapshot: ClusterSnapshot, controller_name: str) -> list[t
             checks = tuple(c.name for c in wl.checks if c.state == CHECK_PENDING and c.name in ours)
             if checks:
                 todo.append((wl, checks))
-    todo.sort(key=lambda item: _order_key(item[0]))
+    todo.sort(key=lambda item: item[0].decision_order)
     return todo
-
-
-def _order_key(wl: WorkloadState) -> tuple[int, float, str]:
-    t = wl.quota_reserved_at if wl.quota_reserved_at is not None else float("inf")
-    return (-wl.priority, t, wl.key)
-
-
-def _gpu_sets(wl: WorkloadState) -> list[tuple[PodSetSpec, int, str | None]]:
-    """(pod set, pod count, GPU flavor) for every pod set that requests GPUs."""
-    out = []
-    for ps in wl.pod_sets:
-        if ps.gpus_per_pod <= 0:
-            continue
-        count = int(wl.admitted_counts.get(ps.name, ps.count))
-        flavor = wl.flavors.get(ps.name, {}).get(GPU_RESOURCE)
-        out.append((ps, count, flavor))
-    return out
-
-
-def _needs(sets: list[tuple[PodSetSpec, int, str | None]]) -> str:
-    parts = [f"{c} pod{'s' if c != 1 else ''} x {ps.gpus_per_pod} GPUs ({ps.name})" for ps, c, _ in sets]
-    return " + ".join(parts)
-
-
-def _blocks(blocks: list[int]) -> str:
-    shown = ", ".join(str(b) for b in blocks[:_MAX_BLOCKS_SHOWN])
-    if len(blocks) > _MAX_BLOCKS_SHOWN:
-        shown += f", ... ({len(blocks)} nodes)"
-    return shown or "none"
 
 
 def _decision(
@@ -240,7 +217,7 @@ def _decide(
     """One decision, and the reservation (flavor -> node -> GPUs) to record if it is Ready."""
     if cap is None:
         cap = _Capacity(snapshot, ledger, config.check_cpu_memory)
-    sets = _gpu_sets(wl)
+    sets = gpu_sets(wl)
     if not sets:
         return _decision(wl, check, CHECK_READY, R.NO_GPUS_REQUESTED, "no pod set requests nvidia.com/gpu"), None
 
@@ -266,7 +243,7 @@ def _decide(
     for flavor in sorted(by_flavor):
         fsets = by_flavor[flavor]
         if not cap.nodes(flavor):
-            return retry(R.FLAVOR_HAS_NO_NODES, f"flavor {flavor} selects no nodes; needs {_needs(fsets)}"), None
+            return retry(R.FLAVOR_HAS_NO_NODES, f"flavor {flavor} selects no nodes; needs {needs_text(fsets)}"), None
         for ps, count, _ in fsets:
             largest = cap.largest_for(flavor, ps.node_selector)
             if ps.gpus_per_pod > largest:
@@ -277,7 +254,7 @@ def _decide(
         total_cap = cap.shape(flavor)[1]
         needed = sum(c * ps.gpus_per_pod for ps, c, _ in fsets)
         if needed > total_cap:
-            msg = f"needs {needed} GPUs ({_needs(fsets)}) on flavor {flavor}, which has {total_cap} in all"
+            msg = f"needs {needed} GPUs ({needs_text(fsets)}) on flavor {flavor}, which has {total_cap} in all"
             return _decision(wl, check, CHECK_REJECTED, R.EXCEEDS_FLAVOR_CAPACITY, msg,
                              infeasible=(f"{flavor}: {needed} GPUs > {total_cap}",)), None
 
@@ -310,7 +287,7 @@ def _decide(
             needed = sum(c * ps.gpus_per_pod for ps, c, _ in fsets)
             free = sum(blocks)
             promised = cap.promised_on(flavor)
-            detail = (f"needs {_needs(fsets)} on flavor {flavor}; largest free healthy blocks: {_blocks(blocks)} "
+            detail = (f"needs {needs_text(fsets)} on flavor {flavor}; largest free healthy blocks: {blocks_text(blocks)} "
                       f"({free} free, {promised} promised, {cap.unhealthy(flavor)} unhealthy)")
             counts = {p.name: c for p, c, _ in fsets}
             infeasible = tuple(f"{ps}: {n} of {counts[ps]} pods unplaced on {flavor}"
@@ -401,7 +378,7 @@ def rebuild_ledger(snapshot: ClusterSnapshot, config: AdmissionConfig, now: floa
     entries = []
     for t, wl in sorted(cands, key=lambda x: (x[0], x[1].key)):
         by_flavor: dict[str, list[tuple[PodSetSpec, int]]] = {}
-        for ps, count, flavor in _gpu_sets(wl):
+        for ps, count, flavor in gpu_sets(wl):
             if flavor:
                 by_flavor.setdefault(flavor, []).append((ps, count))
         reservation: dict[str, Mapping[str, int]] = {}

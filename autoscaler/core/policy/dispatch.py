@@ -42,9 +42,15 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.core.policy.admission import _Capacity, eligible
 from autoscaler.core.policy.ledger import Ledger, release
-from autoscaler.core.policy.packing import FreeBins, shape_of
+from autoscaler.core.policy.packing import (
+    MAX_BLOCKS_SHOWN,
+    FreeBins,
+    blocks_text,
+    gpu_sets,
+    needs_text,
+    shape_of,
+)
 from autoscaler.core.snapshot import (
-    GPU_RESOURCE,
     ClusterSnapshot,
     NodeState,
     PodSetSpec,
@@ -85,7 +91,6 @@ DISPATCH_REASONS: Mapping[str, str] = frozen_map({
 INACTIVE = "inactive"
 UNREACHABLE = "unreachable"
 STALE = "stale"
-_MAX_BLOCKS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,32 +200,6 @@ def release_worker_ledger(
     return release(ledger, worker.snapshot, now, timeout)
 
 
-def _order(t: DispatchTarget) -> tuple[int, float, str]:
-    wl = t.workload
-    q = wl.quota_reserved_at if wl.quota_reserved_at is not None else float("inf")
-    return (-wl.priority, q, wl.key)
-
-
-def _gpu_sets(wl: WorkloadState) -> list[tuple[PodSetSpec, int, str | None]]:
-    out = []
-    for ps in wl.pod_sets:
-        if ps.gpus_per_pod <= 0:
-            continue
-        out.append((ps, int(wl.admitted_counts.get(ps.name, ps.count)), wl.flavors.get(ps.name, {}).get(GPU_RESOURCE)))
-    return out
-
-
-def _needs(sets: Iterable[tuple[PodSetSpec, int, str | None]]) -> str:
-    return " + ".join(f"{c} pod{'s' if c != 1 else ''} x {ps.gpus_per_pod} GPUs ({ps.name})" for ps, c, _ in sets)
-
-
-def _fmt_blocks(blocks: tuple[int, ...]) -> str:
-    shown = ", ".join(str(b) for b in blocks[:_MAX_BLOCKS])
-    if len(blocks) > _MAX_BLOCKS:
-        shown += f", ... ({len(blocks)} nodes)"
-    return shown or "none"
-
-
 @dataclass(slots=True)
 class _Fit:
     cluster: str
@@ -270,10 +249,10 @@ class _Worker:
             room = self.cap.free(flavor)
             result = room.pack([shape_of(ps, c) for ps, c, _ in fsets])
             if not result.fits:
-                top, free = _top_blocks(room, _MAX_BLOCKS + 1)
+                top, free = _top_blocks(room, MAX_BLOCKS_SHOWN + 1)
                 needed = sum(c * ps.gpus_per_pod for ps, c, _ in fsets)
                 kind = "insufficient" if free < needed else "fragmented"
-                return None, f"{kind} on {flavor}: largest free blocks {_fmt_blocks(top)}"
+                return None, f"{kind} on {flavor}: largest free blocks {blocks_text(top)}"
             used = result.gpus_by_node()
             reservation[flavor] = frozen_map(used)
             nodes = self._by_name(flavor)
@@ -294,7 +273,7 @@ class _Worker:
 
     def blocks(self, flavors: Iterable[str]) -> dict[str, tuple[int, ...]]:
         """The largest free blocks per flavor (at most a few more than a message shows)."""
-        return {f: _top_blocks(self.cap.free(f), 2 * _MAX_BLOCKS)[0] for f in sorted(flavors) if self.cap.nodes(f)}
+        return {f: _top_blocks(self.cap.free(f), 2 * MAX_BLOCKS_SHOWN)[0] for f in sorted(flavors) if self.cap.nodes(f)}
 
     def drop(self, wl: WorkloadState) -> None:
         """Give back ``wl``'s promise on this worker (the nomination is being replaced)."""
@@ -345,7 +324,7 @@ def decide_dispatch(
 ) -> DispatchResult:
     """Nominations for every target (see the module docstring); pure.  ``ledgers`` (one per worker
     cluster) should already be released with :func:`release_worker_ledger`."""
-    todo = sorted(targets, key=_order)
+    todo = sorted(targets, key=lambda t: t.workload.decision_order)
     live = {t.workload.key for t in todo}
     hist = {k: v for k, v in history.items() if k in live}
     state = {name: _Worker(w, ledgers.get(name, Ledger()), config) for name, w in sorted(workers.items())}
@@ -376,7 +355,7 @@ def decide_dispatch(
         rank = {c: i for i, c in enumerate(clusters)}
         usable = [c for c in clusters if c in state and not problems.get(c)]
         why_not = {c: (problems.get(c) or "") if c in state else UNREACHABLE for c in clusters}
-        sets = _gpu_sets(wl)
+        sets = gpu_sets(wl)
         if not sets:
             if not usable:
                 decisions.append(none_fit(t, NO_USABLE_CLUSTER, "no usable worker cluster: " + _why(why_not)))
@@ -430,7 +409,7 @@ def decide_dispatch(
         if not found:
             blocks = {c: state[c].blocks(by_flavor) for c in usable}
             reason = NO_CLUSTER_FITS if usable else NO_USABLE_CLUSTER
-            decisions.append(none_fit(t, reason, f"no worker cluster fits {_needs(sets)}: {_why(why_not)}", blocks))
+            decisions.append(none_fit(t, reason, f"no worker cluster fits {needs_text(sets)}: {_why(why_not)}", blocks))
             continue
         found.sort(key=lambda f: f.score(rank[f.cluster]))
         chosen = found[: config.max_nominations or None]
@@ -443,7 +422,7 @@ def decide_dispatch(
         where = "; ".join(
             f"{f.cluster}: " + ", ".join(f"{n} {g}" for nodes in f.reservation.values() for n, g in sorted(nodes.items()))
             + f" ({f.leftover} GPUs left on those nodes)" for f in chosen)
-        decisions.append(_decision(t, pick, NOMINATED, f"{_needs(sets)} fit on {where}", promised=frozen_map(promised)))
+        decisions.append(_decision(t, pick, NOMINATED, f"{needs_text(sets)} fit on {where}", promised=frozen_map(promised)))
 
     out_ledgers = {name: w.final_ledger() for name, w in state.items()}
     for name, led in ledgers.items():

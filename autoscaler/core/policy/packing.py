@@ -19,7 +19,7 @@ from bisect import insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.core.snapshot import GPU_RESOURCE, NodeState, PodSetSpec, frozen_map
+from autoscaler.core.snapshot import GPU_RESOURCE, NodeState, PodSetSpec, WorkloadState, frozen_map
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +216,31 @@ def gpu_pod_sets(pod_sets: Sequence[PodSetSpec]) -> tuple[PodSetSpec, ...]:
     return tuple(ps for ps in pod_sets if ps.gpus_per_pod > 0)
 
 
+# --------------------------------------------------------------------------- what a workload asks
+GpuSet = tuple[PodSetSpec, int, "str | None"]  # (pod set, pod count, GPU flavor)
+MAX_BLOCKS_SHOWN = 8  # free blocks named in a message
+
+
+def gpu_sets(wl: WorkloadState) -> list[GpuSet]:
+    """(pod set, pod count, GPU flavor) for every pod set of ``wl`` that requests GPUs (the count Kueue
+    admitted, else the spec's)."""
+    return [(ps, int(wl.admitted_counts.get(ps.name, ps.count)), wl.flavors.get(ps.name, {}).get(GPU_RESOURCE))
+            for ps in wl.pod_sets if ps.gpus_per_pod > 0]
+
+
+def needs_text(sets: Iterable[GpuSet]) -> str:
+    """``2 pods x 8 GPUs (workers) + 1 pod x 1 GPUs (head)``."""
+    return " + ".join(f"{c} pod{'s' if c != 1 else ''} x {ps.gpus_per_pod} GPUs ({ps.name})" for ps, c, _ in sets)
+
+
+def blocks_text(blocks: Sequence[int]) -> str:
+    """Free blocks for a message: the first ``MAX_BLOCKS_SHOWN``, then how many nodes in all."""
+    shown = ", ".join(str(b) for b in blocks[:MAX_BLOCKS_SHOWN])
+    if len(blocks) > MAX_BLOCKS_SHOWN:
+        shown += f", ... ({len(blocks)} nodes)"
+    return shown or "none"
+
+
 # ------------------------------------------------------------------------------ Ray demand -> workers
 Bundle = Mapping[str, float]  # one Ray resource bundle: resource name -> amount
 
@@ -295,5 +320,22 @@ def workers_needed(
     return sum(c for _, c in bins)
 
 
-__all__ = ["GPU_RESOURCE", "Bin", "Bundle", "FreeBins", "PackResult", "PodShape", "capacity_bin", "gpu_pod_sets",
-           "node_bin", "pack", "shape_of", "workers_needed"]
+__all__ = [
+    "GPU_RESOURCE",
+    "MAX_BLOCKS_SHOWN",
+    "Bin",
+    "Bundle",
+    "FreeBins",
+    "GpuSet",
+    "PackResult",
+    "PodShape",
+    "blocks_text",
+    "capacity_bin",
+    "gpu_pod_sets",
+    "gpu_sets",
+    "needs_text",
+    "node_bin",
+    "pack",
+    "shape_of",
+    "workers_needed",
+]
