@@ -6,9 +6,11 @@ GPU-hours are Riemann sums of range-query points: each point stands for one ``st
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from autoscaler.core import rightsizing as rs
 from report.prom import Series
@@ -228,3 +230,39 @@ def job_kind_json(r: rs.JobKindRecommendation) -> dict:
         "reason": r.reason,
         "message": r.message,
     }
+
+
+@dataclass
+class Report:
+    window_s: float
+    end: float
+    step_s: float
+    namespace: str | None
+    prices: Prices
+    teams: list[Team]
+    recommendations: list[rs.GroupRecommendation]
+    job_kinds: list[rs.JobKindRecommendation]
+    empty_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "window_s": self.window_s,
+            "end": self.end,
+            "step_s": self.step_s,
+            "namespace": self.namespace,
+            "prices": dict(self.prices.by_key),
+            "empty_reason": self.empty_reason,
+            "teams": [t.to_json() for t in self.teams],
+            "recommendations": [recommendation_json(r) for r in self.recommendations],
+            "job_kinds": [job_kind_json(r) for r in self.job_kinds],
+        }
+
+
+def utc_minute(t: float) -> str:
+    """A point in time as the report prints it (``2026-01-31 14:05 UTC``)."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+def dash(v: float | None, fmt: str = "{:,.1f}") -> str:
+    """``v`` formatted with ``fmt``; ``-`` where there is no value."""
+    return "-" if v is None else fmt.format(v)
