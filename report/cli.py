@@ -27,6 +27,7 @@ from autoscaler.core import rightsizing as rs
 from report import model
 from report.model import Report, dash, utc_minute
 from report.prom import PrometheusClient, ReportError, Series, check_url
+from servicekit.prices import Prices, parse_prices
 
 EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11 000 points per series
@@ -80,7 +81,7 @@ def _step(requested: float | None, rule_interval: float | None, window: float) -
 
 
 async def collect(
-    url: str, window: float, end: float, step: float | None, namespace: str | None, prices: model.Prices,
+    url: str, window: float, end: float, step: float | None, namespace: str | None, prices: Prices,
     policy: rs.RightsizingPolicy, request_timeout_s: float, progress: Callable[[str], None] = lambda _: None,
 ) -> Report:
     async with aiohttp.ClientSession() as session:
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         url = check_url(args.prometheus_url)
         window = parse_duration(args.window)
         step = parse_duration(args.step) if args.step else None
-        prices = model.parse_prices(args.price)
+        prices = parse_prices(args.price)
         policy = rs.RightsizingPolicy(min_history_s=parse_duration(args.min_history))
         if args.namespace is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.namespace):
             raise ValueError(f"--namespace must be a Kubernetes namespace name, got {args.namespace!r}")
