@@ -33,6 +33,7 @@ import yaml
 from alerts.config import DEFAULT_RUNBOOK_BASE_URL, ConfigError
 from alerts.files import write_rule_files
 from exporter import metrics as em
+from servicekit.prices import DEFAULT_PRICE_KEY, parse_prices
 
 POD_INFO = "queuepilot_pod_info"
 INFO_LABELS = ("raycluster", "group", "local_queue", "cluster_queue", "flavor", "job_kind")
@@ -41,7 +42,6 @@ TEAM = ("namespace", "local_queue", "cluster_queue")
 GROUP = ("namespace", "raycluster", "group")
 POD = ("namespace", "pod", "raycluster", "group", "job_kind")
 CURRENCY = "USD"
-DEFAULT_PRICE_KEY = "*"  # the price of GPUs no flavor or model price names
 
 # layer 1
 GPU_BUSY = "pod_gpu:queuepilot_gpu_busy:ratio"
@@ -134,18 +134,11 @@ class EconomicsConfig:
         return dataclasses.replace(self, **changes)
 
     def with_prices(self, items: Iterable[str]) -> EconomicsConfig:
-        prices = dict(self.prices)
-        for item in items:
-            key, sep, value = (s.strip() for s in item.rpartition("="))
-            if not sep or not key:
-                raise ConfigError(f"--price expects FLAVOR_OR_MODEL=USD_PER_GPU_HOUR, got {item!r}")
-            try:
-                price = float(value)
-            except ValueError:
-                raise ConfigError(f"price of {key!r} must be a number of USD per GPU-hour, got {value!r}") from None
-            if price < 0:
-                raise ConfigError(f"price of {key!r} must not be negative, got {price}")
-            prices[key] = price
+        try:
+            parsed = parse_prices(items)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        prices = {**dict(self.prices), **parsed.by_key}
         return dataclasses.replace(self, prices=tuple(sorted(prices.items())))
 
 

@@ -16,9 +16,7 @@ import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 from rich.console import Console
@@ -27,7 +25,9 @@ from rich.table import Table
 
 from autoscaler.core import rightsizing as rs
 from report import model
+from report.model import Report, dash, utc_minute
 from report.prom import PrometheusClient, ReportError, Series, check_url
+from servicekit.prices import Prices, parse_prices
 
 EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11 000 points per series
@@ -75,39 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-@dataclass
-class Report:
-    window_s: float
-    end: float
-    step_s: float
-    namespace: str | None
-    prices: model.Prices
-    teams: list[model.Team]
-    recommendations: list[rs.GroupRecommendation]
-    job_kinds: list[rs.JobKindRecommendation]
-    empty_reason: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "window_s": self.window_s,
-            "end": self.end,
-            "step_s": self.step_s,
-            "namespace": self.namespace,
-            "prices": dict(self.prices.by_key),
-            "empty_reason": self.empty_reason,
-            "teams": [t.to_json() for t in self.teams],
-            "recommendations": [model.recommendation_json(r) for r in self.recommendations],
-            "job_kinds": [model.job_kind_json(r) for r in self.job_kinds],
-        }
-
-
 def _step(requested: float | None, rule_interval: float | None, window: float) -> float:
     base = requested or rule_interval or 60.0
     return base * max(1, math.ceil(window / base / MAX_POINTS))
 
 
 async def collect(
-    url: str, window: float, end: float, step: float | None, namespace: str | None, prices: model.Prices,
+    url: str, window: float, end: float, step: float | None, namespace: str | None, prices: Prices,
     policy: rs.RightsizingPolicy, request_timeout_s: float, progress: Callable[[str], None] = lambda _: None,
 ) -> Report:
     async with aiohttp.ClientSession() as session:
@@ -153,25 +127,17 @@ async def collect(
     if not team_rows:
         where = f" in namespace {namespace}" if namespace else ""
         report.empty_reason = (
-            f"no GPU was held by a pod queuepilot knows{where} between {_iso(start - step_s)} and {_iso(end)} "
+            f"no GPU was held by a pod queuepilot knows{where} between {utc_minute(start - step_s)} and {utc_minute(end)} "
             "(the recording rules have no samples in this window)"
         )
     return report
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
-
-
-def _num(v: float | None, fmt: str = "{:,.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
 
 
 def print_tables(report: Report, console: Console) -> None:
     if report.empty_reason:
         console.print(f"[bold]No data:[/bold] {report.empty_reason}")
         return
-    title = f"GPU economics per team, {_iso(report.end - report.window_s)} - {_iso(report.end)}"
+    title = f"GPU economics per team, {utc_minute(report.end - report.window_s)} - {utc_minute(report.end)}"
     t = Table(title=title)
     for col in ("namespace", "LocalQueue", "ClusterQueue", "allocated GPU-h", "used GPU-h", "idle GPU-h", "waste"):
         t.add_column(col, justify="right" if "GPU" in col or col == "waste" else "left")
@@ -179,10 +145,10 @@ def print_tables(report: Report, console: Console) -> None:
         t.add_column("cost USD", justify="right")
         t.add_column("effective USD", justify="right")
     for team in report.teams:
-        row = [team.namespace, team.local_queue or "-", team.cluster_queue or "-", _num(team.allocated_gpu_hours),
-               _num(team.used_gpu_hours), _num(team.idle_gpu_hours), _num(team.waste_ratio, "{:.0%}")]
+        row = [team.namespace, team.local_queue or "-", team.cluster_queue or "-", dash(team.allocated_gpu_hours),
+               dash(team.used_gpu_hours), dash(team.idle_gpu_hours), dash(team.waste_ratio, "{:.0%}")]
         if report.prices:
-            row += [_num(team.cost, "{:,.0f}"), _num(team.effective_cost, "{:,.0f}")]
+            row += [dash(team.cost, "{:,.0f}"), dash(team.effective_cost, "{:,.0f}")]
         t.add_row(*row)
     console.print(t)
     g = Table(title="Worker groups: what to request instead")
@@ -191,8 +157,8 @@ def print_tables(report: Report, console: Console) -> None:
         g.add_column(col)
     for r in report.recommendations:
         g.add_row(r.key.namespace, r.key.raycluster, r.key.group, str(r.gpus_per_worker),
-                  _num(r.recommended_gpus_per_worker, "{}"), _num(r.recommended_min_replicas, "{}"),
-                  _num(r.recommended_max_replicas, "{}"), _num(r.saved_gpu_hours), r.reason)
+                  dash(r.recommended_gpus_per_worker, "{}"), dash(r.recommended_min_replicas, "{}"),
+                  dash(r.recommended_max_replicas, "{}"), dash(r.saved_gpu_hours), r.reason)
     console.print(g)
     if report.job_kinds:
         j = Table(title="Kueue workloads: GPUs requested vs active per pod")
@@ -200,8 +166,8 @@ def print_tables(report: Report, console: Console) -> None:
                     "-> GPUs", "reason"):
             j.add_column(col)
         for k in report.job_kinds:
-            j.add_row(k.namespace, k.job_kind, _num(k.requested_gpus_per_pod, "{}"), _num(k.active_gpus_per_pod, "{}"),
-                      _num(k.recommended_gpus_per_pod, "{}"), k.reason)
+            j.add_row(k.namespace, k.job_kind, dash(k.requested_gpus_per_pod, "{}"), dash(k.active_gpus_per_pod, "{}"),
+                      dash(k.recommended_gpus_per_pod, "{}"), k.reason)
         console.print(j)
 
 
@@ -212,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         url = check_url(args.prometheus_url)
         window = parse_duration(args.window)
         step = parse_duration(args.step) if args.step else None
-        prices = model.parse_prices(args.price)
+        prices = parse_prices(args.price)
         policy = rs.RightsizingPolicy(min_history_s=parse_duration(args.min_history))
         if args.namespace is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.namespace):
             raise ValueError(f"--namespace must be a Kubernetes namespace name, got {args.namespace!r}")

@@ -6,13 +6,10 @@ from __future__ import annotations
 import base64
 import html
 import io
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from report.model import Report, dash, utc_minute
 from report.prom import ReportError
-
-if TYPE_CHECKING:
-    from report.cli import Report
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1100px; }
@@ -43,14 +40,6 @@ def _png(fig: Any) -> str:
 
 def _e(v: object) -> str:
     return html.escape("-" if v is None else str(v))
-
-
-def _f(v: float | None, fmt: str = "{:,.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
 
 def plots(report: Report) -> dict[str, str]:
@@ -102,7 +91,7 @@ def plots(report: Report) -> dict[str, str]:
 
 
 def render_html(report: Report) -> str:
-    title = f"GPU economics, {_iso(report.end - report.window_s)} to {_iso(report.end)}"
+    title = f"GPU economics, {utc_minute(report.end - report.window_s)} to {utc_minute(report.end)}"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title>",
              f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"]
     scope = f"namespace {report.namespace}" if report.namespace else "all namespaces"
@@ -122,10 +111,10 @@ def render_html(report: Report) -> str:
     parts.append("<table><tr>" + "".join(f"<th class='{'l' if i < 3 else ''}'>{h}</th>" for i, h in enumerate(head))
                  + "</tr>")
     for t in report.teams:
-        cells = [_e(t.namespace), _e(t.local_queue or "-"), _e(t.cluster_queue or "-"), _f(t.allocated_gpu_hours),
-                 _f(t.used_gpu_hours), _f(t.idle_gpu_hours), _f(t.waste_ratio, "{:.0%}")]
+        cells = [_e(t.namespace), _e(t.local_queue or "-"), _e(t.cluster_queue or "-"), dash(t.allocated_gpu_hours),
+                 dash(t.used_gpu_hours), dash(t.idle_gpu_hours), dash(t.waste_ratio, "{:.0%}")]
         if report.prices:
-            cells += [_f(t.cost, "{:,.0f}"), _f(t.effective_cost, "{:,.0f}")]
+            cells += [dash(t.cost, "{:,.0f}"), dash(t.effective_cost, "{:,.0f}")]
         parts.append("<tr>" + "".join(f"<td class='{'l' if i < 3 else ''}'>{c}</td>" for i, c in enumerate(cells))
                      + "</tr>")
     parts.append("</table>")
@@ -142,7 +131,7 @@ def render_html(report: Report) -> str:
             f"<tr><td class='l'>{_e(r.key.namespace)}</td><td class='l'>{_e(r.key.raycluster)}</td>"
             f"<td class='l'>{_e(r.key.group)}</td><td>{r.gpus_per_worker}</td>"
             f"<td>{_e(r.recommended_gpus_per_worker)}</td><td>{_e(r.recommended_min_replicas)}</td>"
-            f"<td>{_e(r.recommended_max_replicas)}</td><td>{_f(r.saved_gpu_hours)}</td>"
+            f"<td>{_e(r.recommended_max_replicas)}</td><td>{dash(r.saved_gpu_hours)}</td>"
             f"<td class='l'>{_e(r.reason)}: {_e(r.message)}</td></tr>")
     parts.append("</table>")
     if report.job_kinds:

@@ -6,19 +6,22 @@ GPU-hours are Riemann sums of range-query points: each point stands for one ``st
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from autoscaler.core import rightsizing as rs
 from report.prom import Series
+from servicekit.prices import DEFAULT_PRICE_KEY as DEFAULT_PRICE_KEY  # the key the rules use, too
+from servicekit.prices import Prices
 
 # The recording rules the report reads (alerts/economics.py writes them; a test keeps the names equal).
 GPU_BUSY = "pod_gpu:queuepilot_gpu_busy:ratio"
 POD_ALLOCATED = "namespace_pod:queuepilot_gpus_allocated:count"
 POD_ACTIVE = "namespace_pod:queuepilot_gpus_active:sum"
 RAY_WORKERS = "queuepilot_raycluster_workers"
-DEFAULT_PRICE_KEY = "*"
 
 TEAM_KEYS = ("namespace", "local_queue", "cluster_queue")
 PRICE_KEYS = ("flavor", "modelName")
@@ -44,38 +47,6 @@ def pod_queries(namespace: str | None) -> tuple[str, str]:
 def limits_query(namespace: str | None) -> str:
     sel = selector(namespace, 'kind=~"min|max"')
     return f"max by (namespace, raycluster, group, kind) ({RAY_WORKERS}{sel})"
-
-
-@dataclass(frozen=True)
-class Prices:
-    """USD per GPU-hour by Kueue flavor or GPU model name; ``*`` prices every other GPU."""
-
-    by_key: Mapping[str, float] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.by_key)
-
-    def price(self, flavor: str, model: str) -> float | None:
-        for key in (flavor, model, DEFAULT_PRICE_KEY):
-            if key and key in self.by_key:
-                return self.by_key[key]
-        return None
-
-
-def parse_prices(items: Iterable[str]) -> Prices:
-    out: dict[str, float] = {}
-    for item in items:
-        key, sep, value = (s.strip() for s in item.rpartition("="))
-        if not sep or not key:
-            raise ValueError(f"--price expects FLAVOR_OR_MODEL=USD_PER_GPU_HOUR, got {item!r}")
-        try:
-            price = float(value)
-        except ValueError:
-            raise ValueError(f"the price of {key!r} must be a number (USD per GPU-hour), got {value!r}") from None
-        if price < 0:
-            raise ValueError(f"the price of {key!r} must not be negative, got {price}")
-        out[key] = price
-    return Prices(out)
 
 
 @dataclass
@@ -228,3 +199,39 @@ def job_kind_json(r: rs.JobKindRecommendation) -> dict:
         "reason": r.reason,
         "message": r.message,
     }
+
+
+@dataclass
+class Report:
+    window_s: float
+    end: float
+    step_s: float
+    namespace: str | None
+    prices: Prices
+    teams: list[Team]
+    recommendations: list[rs.GroupRecommendation]
+    job_kinds: list[rs.JobKindRecommendation]
+    empty_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "window_s": self.window_s,
+            "end": self.end,
+            "step_s": self.step_s,
+            "namespace": self.namespace,
+            "prices": dict(self.prices.by_key),
+            "empty_reason": self.empty_reason,
+            "teams": [t.to_json() for t in self.teams],
+            "recommendations": [recommendation_json(r) for r in self.recommendations],
+            "job_kinds": [job_kind_json(r) for r in self.job_kinds],
+        }
+
+
+def utc_minute(t: float) -> str:
+    """A point in time as the report prints it (``2026-01-31 14:05 UTC``)."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+def dash(v: float | None, fmt: str = "{:,.1f}") -> str:
+    """``v`` formatted with ``fmt``; ``-`` where there is no value."""
+    return "-" if v is None else fmt.format(v)

@@ -12,7 +12,9 @@ from autoscaler.act.kube_writer import KubeWriter
 from autoscaler.controller.admission import AdmissionReconciler
 from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.core import reasons as R
+from tests.controller.harness import FreshGpus
 from tests.decisions import kube_world as k
+from tests.support.eventually import eventually
 
 T0 = 100_000.0
 
@@ -162,27 +164,10 @@ async def test_in_the_real_controller_loop_pod_churn_does_not_repeat_a_refused_w
     """The defect as reported: a Workload whose status write is refused (422) while pods churn. Every
     watch event brings a pass; without backoff each pass made a GET + PATCH of that Workload."""
     import asyncio
-    import time
 
     from autoscaler.cluster.client import make_api_client
     from autoscaler.controller.config import ControllerConfig
     from autoscaler.controller.loop import Controller
-    from autoscaler.core.snapshot import GpuState
-    from autoscaler.signals.gpu import GpuReading
-    from tests.decisions.test_scenarios import until
-
-    class FreshGpus:
-        name = "gpu"
-
-        @property
-        def reading(self):
-            return GpuReading(tuple(GpuState(uuid=f"n0-{i}", node="n0", index=i) for i in range(8)), time.time())
-
-        async def poll(self, now):
-            return None
-
-        async def close(self):
-            return None
 
     base_world(world)
     world.add(k.local_queue("lq-b", "team-b", "cq-a"))  # (the churning pods' namespace)
@@ -195,7 +180,7 @@ async def test_in_the_real_controller_loop_pod_churn_does_not_repeat_a_refused_w
     await controller.start()
     try:
         async with asyncio.timeout(30):
-            await until(lambda: controller.synced and controller.passes)
+            await eventually(lambda: controller.synced and controller.passes, "the first pass", timeout=30)
             first = controller.passes
             for i in range(40):  # pods come and go on another team's namespace
                 world.add(k.pod(f"churn-{i}", "team-b", "n0"))

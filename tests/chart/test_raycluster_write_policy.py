@@ -26,7 +26,8 @@ from autoscaler.act.raycluster_patch import patch_ops
 from autoscaler.core.policy.scaling import GroupDecision
 from tests.chart.crd_schema import crd_validator
 from tests.chart.helm import HELMS, NAMESPACE, RELEASE, render
-from tests.controller import objects as o
+from tests.support import objects as o
+from tests.support.paths import REPO
 
 VAP_API = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
 CONTROLLER_SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-queuepilot-controller"
@@ -275,7 +276,7 @@ def test_create_and_delete_are_denied(policy: Policy, raycluster: dict) -> None:
 
 
 def test_the_docs_describe_the_policy() -> None:
-    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    text = (REPO / "docs" / "security.md").read_text()
     section = text[text.index("## Limiting the controller's RayCluster writes"):]
     for needle in ("ValidatingAdmissionPolicy", "rayClusterWritePolicy", "workersToDelete", "queuepilot.io/",
                    "1.30", "--api-versions"):

@@ -15,6 +15,7 @@ import yaml
 from tests.chart.combos import COMBOS
 from tests.chart.crd_schema import crd_validator, errors
 from tests.chart.helm import HELMS, MAPPING, PROM_OPERATOR, render
+from tests.support.paths import REPO
 from tests.support.prometheus import promtool
 
 pytestmark = pytest.mark.e2e
@@ -91,9 +92,9 @@ def test_notes_clusterqueue_shape_matches_the_crd(crds_dir: Path) -> None:
 @pytest.mark.parametrize("helm", HELMS)
 def test_prometheus_rule_passes_promtool(helm: str, tmp_path: Path) -> None:
     rules = render(helm, (), PROM_OPERATOR).of_kind("PrometheusRule")
-    files = sorted((Path(__file__).parents[2] / "charts/queuepilot/files/rules").glob("*.yaml"))
+    files = sorted((REPO / "charts/queuepilot/files/rules").glob("*.yaml"))
     assert len(rules) == len(files)
-    generated = Path(__file__).parents[2] / "alerts/generated"
+    generated = REPO / "alerts/generated"
     for rule, f in zip(sorted(rules, key=lambda r: r["metadata"]["name"]), files, strict=True):
         assert rule["apiVersion"] == "monitoring.coreos.com/v1"
         # with default values the spec is the plain generated rule file ({{ $labels.x }} survives the
@@ -140,7 +141,7 @@ def test_scrape_objects_name_the_jobs_the_alerts_select(helm: str) -> None:
 
 @pytest.mark.parametrize("helm", HELMS)
 def test_dashboard_config_maps(helm: str) -> None:
-    files = sorted((Path(__file__).parents[2] / "charts/queuepilot/files/dashboards").glob("*.json"))
+    files = sorted((REPO / "charts/queuepilot/files/dashboards").glob("*.json"))
     cms = [d for d in render(helm).of_kind("ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]]
     assert len(cms) == len(files)
     by_key = {k: v for cm in cms for k, v in cm["data"].items()}

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from tests.support.ports import free_port
+from tests.support.http import serve
 
 
 def gpu_line(family: str, node: str, i: int, value: float, pod: str | None = None, extra: str = "") -> str:
@@ -73,12 +73,5 @@ async def answers():
     app = web.Application()
     app.router.add_get("/metrics", a.metrics)
     app.router.add_get("/api/v1/query", a.query)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    a.url = f"http://127.0.0.1:{port}"
-    try:
+    async with serve(app) as a.url:
         yield a
-    finally:
-        await runner.cleanup()

@@ -4,15 +4,21 @@ Two flavors: ``h100`` (nodes h1, h2: 8 GPUs each) and ``a100`` (node a1: 8 GPUs,
 ClusterQueues ``cq-a`` (h100: 16, a100: 8) and ``cq-b`` (h100: 8); LocalQueues ``team-a/lq-a`` ->
 cq-a, ``team-b/lq-b`` -> cq-b.  Pods: 4 GPUs on h1 (a Ray worker of team-a/rc), 2 on h2 (a batch pod).
 Workloads (created at NOW - age): pending ones in both queues, one admitted, one finished.
+GPU reading (``gpu_reading``): the Ray worker's 4 GPUs busy, GPU 7 of h2 unhealthy; ``build`` makes the
+snapshot of it all (with Ray statuses from ``FakeRayStatus``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.cluster import views
 from autoscaler.cluster.source import ClusterObjects
-from tests.controller import objects as o
+from autoscaler.controller.snapshot_builder import BuildConfig, build_snapshot
+from autoscaler.core.snapshot import GpuState, PodKey
+from autoscaler.signals.gpu import GpuReading
+from tests.support import objects as o
 
 NOW = 1_000_000.0
 
@@ -72,3 +78,42 @@ def cluster_objects(raw: list[dict[str, Any]]) -> ClusterObjects:
         field, parse = PARSE[obj["kind"]]
         out[field][views.object_key(obj)] = parse(obj)
     return ClusterObjects(**out)
+
+
+# ------------------------------------------------------------------ signals and the built snapshot
+@dataclass
+class FakeRayNode:
+    node_ip: str
+    pod_name: str | None
+    is_head: bool = False
+    busy: bool = False
+    idle_seconds: float = 0.0
+    cpu_utilization: float | None = None
+    memory_utilization: float | None = None
+
+
+@dataclass
+class FakeRayStatus:
+    demand: tuple
+    nodes: tuple
+    observed_at: float = 0.0
+
+
+def gpu_reading(now: float) -> GpuReading:
+    gpus = [GpuState(f"GPU-h1-{i}", "h1", i, utilization=0.1 * (i + 1), pod=PodKey("team-a", "rc-gpu-worker-1"))
+            for i in range(4)]
+    gpus += [GpuState(f"GPU-h1-{i}", "h1", i) for i in range(4, 8)]
+    gpus += [GpuState(f"GPU-h2-{i}", "h2", i) for i in range(7)]
+    gpus.append(GpuState("GPU-h2-7", "h2", 7, healthy=False, health_reason="XidFatal"))
+    return GpuReading(tuple(gpus), observed_at=now - 30)
+
+
+def build(now=NOW, ray=None, gpu=None, config=BuildConfig(gpu_stale_seconds=60, ray_stale_seconds=60)):
+    return build_snapshot(
+        cluster_objects(raw_objects(now)),
+        gpu if gpu is not None else gpu_reading(now),
+        ray or {},
+        now,
+        config,
+        watch_observed={"workloads": now - 5, "pods": None},
+    )

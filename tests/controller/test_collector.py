@@ -15,7 +15,7 @@ from autoscaler.core.queue_wait import new_admissions
 from autoscaler.core.snapshot import RayDemand
 from autoscaler.signals.ray import RayObservation
 from tests.controller import scenario
-from tests.controller.test_snapshot_builder import FakeRayStatus, build
+from tests.controller.scenario import FakeRayStatus, build
 from tests.support.prometheus import promtool
 
 NOW = scenario.NOW

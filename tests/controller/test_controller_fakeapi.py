@@ -9,9 +9,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from autoscaler.core.snapshot import GpuState
 from autoscaler.rbac import CONTROLLER_API_CALLS
 from autoscaler.signals.gpu import GpuReading
-from tests.controller import objects as o
 from tests.controller import scenario
-from tests.controller.conftest import StaticGpu, eventually, http_get, running_controller
+from tests.controller.harness import StaticGpu, http_get, running_controller
+from tests.support import objects as o
+from tests.support.eventually import eventually
 from tests.support.prometheus import promtool
 
 
@@ -29,7 +30,7 @@ def metric(text: str, name: str, **labels: str) -> float | None:
 
 def load_scenario(fake_api, now: float) -> None:
     for ns in ("team-a", "team-b"):
-        fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        fake_api.create(o.namespace(ns))
     for obj in scenario.raw_objects(now):
         if obj["kind"] == "Pod" and obj["status"]["phase"] == "Succeeded":
             continue
@@ -108,7 +109,7 @@ async def test_reconcilers_run_on_events_and_their_failures_are_contained(fake_a
     from autoscaler.cluster.client import make_api_client
     from autoscaler.controller.config import ControllerConfig  # noqa: F401  (documented type of the config)
     from autoscaler.controller.loop import Controller
-    from tests.controller.conftest import StubRay, config_for
+    from tests.controller.harness import StubRay, config_for
 
     config = config_for(fake_api, resync_seconds=30.0)
     client = await make_api_client(config.kubeconfig)
@@ -132,7 +133,7 @@ async def test_scrape_mode_finds_exporters_and_marks_unhealthy_gpus(fake_api, an
     from urllib.parse import urlparse
 
     port = urlparse(answers.url).port
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
+    fake_api.create(o.namespace("monitoring"))
     fake_api.create(o.resource_flavor("h100", {"gpu": "h100"}))
     fake_api.create(o.node("h1", 3, {"gpu": "h100"}))
     fake_api.create(o.pod("exporter-h1", "monitoring", node="h1", ip="127.0.0.1",
@@ -155,7 +156,7 @@ async def test_scrape_mode_finds_exporters_and_marks_unhealthy_gpus(fake_api, an
 
 
 async def test_labeled_pod_mode_watches_one_stream_per_selector(fake_api):
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(o.namespace("team-a"))
     fake_api.create(o.ray_worker_pod("rc", "gpu", "ray-w1", node="n1"))
     fake_api.create(o.pod("kueue-p1", node="n1", gpus=2, labels={"kueue.x-k8s.io/podset": "main"}))
     fake_api.create(o.pod("other", node="n1", gpus=1))
@@ -176,7 +177,7 @@ async def test_kuberay_not_installed_is_an_empty_synced_resource(tmp_path):
     from tests.support import paths
 
     async with FakeApiServer(paths.crds_dir() / "kueue", workdir=tmp_path) as api:
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+        api.create(o.namespace("team-a"))
         api.create(o.workload("wl-1"))
         async with running_controller(api) as c:
             await eventually(lambda: c.synced)

@@ -13,6 +13,7 @@ import pytest
 from autoscaler.core.snapshot import PodKey
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
+from tests.support.http import serve
 from tests.support.ports import free_port
 from tests.support.prometheus import run_prometheus
 
@@ -138,13 +139,8 @@ async def fake_prometheus():
     fp = FakePrometheus()
     app = web.Application()
     app.router.add_get("/api/v1/query", fp.query)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    fp.url = f"http://127.0.0.1:{port}"
-    yield fp
-    await runner.cleanup()
+    async with serve(app) as fp.url:
+        yield fp
 
 
 async def test_an_unreachable_prometheus_is_named_once_then_on_change_and_its_recovery_once(fake_prometheus, caplog):
@@ -190,17 +186,10 @@ async def test_a_404_names_the_url_as_not_prometheus(caplog):
     from aiohttp import web
 
     app = web.Application()  # a web server without the Prometheus API: every path is 404
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
     errors: Counter[str] = Counter()
-    try:
-        async with aiohttp.ClientSession() as session:
-            sig = PrometheusGpuSignal(session, f"http://127.0.0.1:{port}", (lambda k: errors.update([k])))
-            with caplog.at_level(logging.WARNING, logger="queuepilot.gpu"):
-                await sig.poll(now=1.0)
-    finally:
-        await runner.cleanup()
+    async with serve(app) as url, aiohttp.ClientSession() as session:
+        sig = PrometheusGpuSignal(session, url, (lambda k: errors.update([k])))
+        with caplog.at_level(logging.WARNING, logger="queuepilot.gpu"):
+            await sig.poll(now=1.0)
     assert errors == Counter({"not_found": 1})
     assert "HTTP 404 for /api/v1/query; is this a Prometheus server? check --prometheus-url" in caplog.text

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.controller import objects as o
-from tests.controller.conftest import eventually, http_get, running_controller
+from tests.controller.harness import http_get, running_controller
+from tests.support import objects as o
+from tests.support.eventually import eventually
 
 
 async def test_healthz_fails_while_a_watch_is_stuck_and_recovers(fake_api):

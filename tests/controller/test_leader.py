@@ -10,7 +10,8 @@ from autoscaler.cluster.client import make_api_client
 from autoscaler.controller.leader import LEADER, OTHER, LeaderElector, lease_holder
 from autoscaler.controller.loop import Controller
 from autoscaler.rbac import CONTROLLER_API_CALLS
-from tests.controller.conftest import StaticGpu, StubRay, config_for, eventually, http_get, running_controller
+from tests.controller.harness import StaticGpu, StubRay, config_for, http_get, running_controller
+from tests.support.eventually import eventually
 
 
 class Clock:

@@ -31,9 +31,9 @@ from autoscaler.controller.snapshot_builder import BuildConfig, SnapshotBuilder,
 from autoscaler.signals import gpu_prometheus
 from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from tests.controller import scenario
-from tests.controller.conftest import StaticGpu
-from tests.controller.test_snapshot_builder import gpu_reading
-from tests.support.ports import free_port
+from tests.controller.harness import StaticGpu
+from tests.controller.scenario import gpu_reading
+from tests.support.http import serve
 
 INLINE = 10**12
 
@@ -207,12 +207,8 @@ async def prometheus_api():
 
     app = web.Application()
     app.router.add_get("/api/v1/query", query)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}", state
-    await runner.cleanup()
+    async with serve(app) as url:
+        yield url, state
 
 
 async def test_prometheus_answers_decoded_in_a_thread_read_the_same(prometheus_api, monkeypatch):

@@ -17,8 +17,9 @@ import pytest
 from autoscaler.controller.config import ConfigError, parse_config
 from autoscaler.core.snapshot import RayDemand
 from autoscaler.signals.ray import RaySignals
-from tests.controller import objects as o
-from tests.controller.conftest import StubRay, eventually, http_get, running_controller
+from tests.controller.harness import StubRay, http_get, ready, running_controller
+from tests.support import objects as o
+from tests.support.eventually import eventually
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 
@@ -74,7 +75,7 @@ async def test_ray_polls_are_bounded_and_keep_last_good_data():
 async def test_controller_polls_ray_heads_and_reports_demand(fake_api):
     """Only opted-in clusters are polled, at their own head pod's IP (from the pod cache) or, before a
     head pod is seen, their head Service's name; never at what ``status`` names."""
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(o.namespace("team-a"))
     opted = {"queuepilot.io/autoscale": "true"}
     # status points at 10.66.6.6: a tenant-writable field the controller must never use
     fake_api.create(o.ray_cluster("rc", head_ip="10.66.6.6", dashboard_port=8266, annotations=opted))
@@ -261,13 +262,7 @@ async def test_sigterm_releases_the_lease_and_exits_0(fake_api, tmp_path):
         env={**os.environ, "KUBERNETES_SERVICE_HOST": ""},
     )
     try:
-        async def ready():
-            try:
-                return (await http_get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
-            except OSError:
-                return False
-
-        await eventually(ready, timeout=30)
+        await eventually(lambda: ready(f"http://127.0.0.1:{port}"), "/readyz", timeout=30)
 
         def holder():
             try:
@@ -335,13 +330,7 @@ async def test_start_up_line_and_an_unreachable_prometheus_logged_once(fake_api,
             "--gpu-poll-seconds", "0.2", cwd=REPO, stderr=err, env={**os.environ, "KUBERNETES_SERVICE_HOST": ""},
         )
     try:
-        async def ready():
-            try:
-                return (await http_get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
-            except OSError:
-                return False
-
-        await eventually(ready, timeout=30)
+        await eventually(lambda: ready(f"http://127.0.0.1:{port}"), "/readyz", timeout=30)
 
         async def counted_ten():
             _, text = await http_get(f"http://127.0.0.1:{port}/metrics")

@@ -3,8 +3,6 @@ GPUs -> nodes and pods, Ray nodes -> worker pods) and signal ages."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from autoscaler.cluster import views
 from autoscaler.cluster.source import ClusterObjects
 from autoscaler.controller.snapshot_builder import BuildConfig, SnapshotBuilder, build_snapshot
@@ -12,44 +10,7 @@ from autoscaler.core.snapshot import GpuState, PodKey, RayDemand
 from autoscaler.signals.gpu import GpuReading
 from autoscaler.signals.ray import RayObservation
 from tests.controller import scenario
-
-
-@dataclass
-class FakeRayNode:
-    node_ip: str
-    pod_name: str | None
-    is_head: bool = False
-    busy: bool = False
-    idle_seconds: float = 0.0
-    cpu_utilization: float | None = None
-    memory_utilization: float | None = None
-
-
-@dataclass
-class FakeRayStatus:
-    demand: tuple
-    nodes: tuple
-    observed_at: float = 0.0
-
-
-def gpu_reading(now: float) -> GpuReading:
-    gpus = [GpuState(f"GPU-h1-{i}", "h1", i, utilization=0.1 * (i + 1), pod=PodKey("team-a", "rc-gpu-worker-1"))
-            for i in range(4)]
-    gpus += [GpuState(f"GPU-h1-{i}", "h1", i) for i in range(4, 8)]
-    gpus += [GpuState(f"GPU-h2-{i}", "h2", i) for i in range(7)]
-    gpus.append(GpuState("GPU-h2-7", "h2", 7, healthy=False, health_reason="XidFatal"))
-    return GpuReading(tuple(gpus), observed_at=now - 30)
-
-
-def build(now=scenario.NOW, ray=None, gpu=None, config=BuildConfig(gpu_stale_seconds=60, ray_stale_seconds=60)):
-    return build_snapshot(
-        scenario.cluster_objects(scenario.raw_objects(now)),
-        gpu if gpu is not None else gpu_reading(now),
-        ray or {},
-        now,
-        config,
-        watch_observed={"workloads": now - 5, "pods": None},
-    )
+from tests.controller.scenario import FakeRayNode, FakeRayStatus, build, gpu_reading
 
 
 def test_nodes_flavors_and_capacity():
@@ -123,7 +84,7 @@ def test_missing_ray_observation_is_stale_not_an_error():
 def _changes(now: float):
     """A run of cluster changes, each a function of the mutable ClusterObjects dicts (as the caches hold
     them) -> the GPU reading and Ray observations to build with."""
-    from tests.controller import objects as o
+    from tests.support import objects as o
 
     def same(objs):
         return gpu_reading(now), {}
@@ -190,7 +151,7 @@ def test_incremental_builds_equal_fresh_builds_and_reuse_what_did_not_change():
 
 def test_copied_objects_are_of_one_instant():
     """What the controller hands a build in a worker thread: later changes to the caches are not in it."""
-    from tests.controller import objects as o
+    from tests.support import objects as o
 
     now = scenario.NOW
     objs = _mutable(scenario.cluster_objects(scenario.raw_objects(now)))

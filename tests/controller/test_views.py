@@ -8,7 +8,7 @@ import pytest
 
 from autoscaler.cluster import views
 from autoscaler.core.snapshot import GPU_RESOURCE
-from tests.controller import objects as o
+from tests.support import objects as o
 
 
 def test_quantities_and_times():

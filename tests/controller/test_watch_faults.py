@@ -10,8 +10,10 @@ import logging
 import pytest
 
 from autoscaler.cluster.cache import Backoff
-from tests.controller import objects as o
-from tests.controller.conftest import eventually, running_controller
+from tests.controller.harness import running_controller
+from tests.support import objects as o
+from tests.support.eventually import eventually
+from tests.support.reporters import RecordingReporter
 
 KINDS = {  # cache name -> (apiVersion, kind)
     "workloads": (o.KUEUE, "Workload"),
@@ -49,7 +51,7 @@ def restarts(controller, resource: str) -> float:
 
 
 async def test_caches_converge_under_faults(fake_api):
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(o.namespace("team-a"))
     for i in range(5):
         fake_api.create(o.workload(f"wl-{i}"))
         fake_api.create(o.node(f"n{i}"))
@@ -111,7 +113,7 @@ async def test_caches_converge_under_faults(fake_api):
 
 
 async def test_malformed_objects_are_counted_logged_once_and_survived(fake_api, caplog):
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(o.namespace("team-a"))
     fake_api.create(o.workload("good"))
     bad = o.workload("bad")
     bad["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"][o.GPU] = "eight"
@@ -181,20 +183,6 @@ async def test_a_cache_on_its_own_with_the_iteration_hook(fake_api):
 
 
 # ------------------------------------------------------------------------------ supervised watches
-class Reported:
-    """A WatchReporter that keeps what the cache reports."""
-
-    def __init__(self) -> None:
-        self.restarts: list[str] = []
-        self.errors: list[tuple[str, str]] = []
-
-    def watch_restarted(self, resource: str) -> None:
-        self.restarts.append(resource)
-
-    def source_error(self, source: str, kind: str) -> None:
-        self.errors.append((source, kind))
-
-
 @contextlib.asynccontextmanager
 async def node_cache(fake_api, **kwargs):
     """A nodes WatchCache running against the fake API server through the real client."""
@@ -204,7 +192,7 @@ async def node_cache(fake_api, **kwargs):
     from autoscaler.cluster.views import node_view
 
     api = await make_api_client(str(fake_api.kubeconfig_path))
-    reported = Reported()
+    reported = RecordingReporter()
     cache = WatchCache(api, NODES, node_view, reported, backoff=Backoff(base=0.05, cap=0.2), **kwargs)
     task = asyncio.create_task(cache.run())
     try:
@@ -286,7 +274,7 @@ async def test_a_parser_bug_skips_the_object_not_the_watch(fake_api):
     fake_api.create(o.node("n1"))
     fake_api.create(o.node("odd"))
     api = await make_api_client(str(fake_api.kubeconfig_path))
-    reported = Reported()
+    reported = RecordingReporter()
     cache = WatchCache(api, NODES, fragile, reported, backoff=Backoff(base=0.05, cap=0.2))
     task = asyncio.create_task(cache.run())
     try:

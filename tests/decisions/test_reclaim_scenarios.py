@@ -9,7 +9,7 @@ from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.core import reasons as R
 from autoscaler.core.snapshot import RayDemand, frozen_map
 from tests.decisions import kube_world as k
-from tests.decisions.test_scenarios import T0, assert_rbac, base_world, events, sample
+from tests.decisions.scenarios import T0, assert_rbac, base_world, events, sample
 
 ON = {"queuepilot.io/reclaim-idle-actors": "true"}
 TASK = (RayDemand(kind="task", shape=frozen_map({"GPU": 1.0}), count=1),)

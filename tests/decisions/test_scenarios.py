@@ -10,38 +10,10 @@ from autoscaler.controller.admission import AdmissionReconciler
 from autoscaler.controller.reconcilers import build_reconcilers
 from autoscaler.controller.scaling import ScalingReconciler
 from autoscaler.core import reasons as R
-from autoscaler.rbac import CONTROLLER_API_CALLS
+from tests.controller.harness import FreshGpus
 from tests.decisions import kube_world as k
-
-T0 = 100_000.0
-
-
-def base_world(world, nodes=("n0", "n1")):
-    world.add(k.flavor("a100"), k.cluster_queue("cq-a", {"a100": 64}), k.cluster_queue("cq-b", {"a100": 64}),
-              k.local_queue("lq-a", "team-a", "cq-a"), k.local_queue("lq-b", "team-b", "cq-b"), k.admission_check(),
-              *(k.node(n) for n in nodes))
-
-
-def sample(registry, name, labels):
-    return registry.get_sample_value(name, labels) or 0.0
-
-
-def events(fake_api, ns="team-a"):
-    return [(e["involvedObject"]["name"], e["type"], e["reason"], e["message"]) for e in fake_api.list("v1", "Event", ns)]
-
-
-async def until(pred, step: float = 0.02) -> None:
-    """Poll ``pred`` (the caller bounds the wait with asyncio.timeout)."""
-    import asyncio
-
-    while True:
-        if pred():
-            return
-        await asyncio.sleep(step)
-
-
-def assert_rbac(fake_api):
-    assert fake_api.observed_calls() <= CONTROLLER_API_CALLS
+from tests.decisions.scenarios import T0, assert_rbac, base_world, events, sample
+from tests.support.eventually import eventually
 
 
 async def test_gpu_fails_between_two_admissions(fake_api, world, make_ctx):
@@ -319,21 +291,6 @@ async def test_event_driven_in_the_real_controller_loop(fake_api, world):
     from autoscaler.cluster.client import make_api_client
     from autoscaler.controller.config import ControllerConfig
     from autoscaler.controller.loop import Controller
-    from autoscaler.core.snapshot import GpuState
-    from autoscaler.signals.gpu import GpuReading
-
-    class FreshGpus:
-        name = "gpu"
-
-        @property
-        def reading(self):
-            return GpuReading(tuple(GpuState(uuid=f"n0-{i}", node="n0", index=i) for i in range(8)), time.time())
-
-        async def poll(self, now):
-            return None
-
-        async def close(self):
-            return None
 
     base_world(world, nodes=("n0",))
     world.add(k.workload("w1"))
@@ -345,10 +302,11 @@ async def test_event_driven_in_the_real_controller_loop(fake_api, world):
     await controller.start()
     try:
         async with asyncio.timeout(20):
-            await until(lambda: controller.synced and controller.passes)
+            await eventually(lambda: controller.synced and controller.passes, "the first pass", timeout=20)
             world.reserve("w1", "cq-a", {"main": "a100"}, time.time())
             # (reserved_gpus is published once the pass's writes are done)
-            await until(lambda: world.check_entry("w1")["state"] != "Pending" and controller.published.reserved_gpus)
+            await eventually(lambda: world.check_entry("w1")["state"] != "Pending" and controller.published.reserved_gpus,
+                             "w1 decided and published", timeout=20)
         assert world.check_entry("w1")["state"] == "Ready"
         assert controller.published.reserved_gpus == {"a100": 8}
     finally:

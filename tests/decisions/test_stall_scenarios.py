@@ -11,7 +11,7 @@ from autoscaler.controller.stall import StallReconciler
 from autoscaler.core import reasons as R
 from autoscaler.rbac import CONTROLLER_API_CALLS
 from tests.decisions import kube_world as k
-from tests.decisions.test_scenarios import T0, base_world, events, sample
+from tests.decisions.scenarios import T0, base_world, events, sample
 
 WINDOW = 1800.0
 # deactivating a stalled Workload needs ``patch`` on kueue.x-k8s.io workloads (the object, not its status)

@@ -13,6 +13,7 @@ import urllib.request
 from autoscaler import metrics as controller_catalog
 from exporter import metrics as exporter_catalog
 from tests.support.paths import REPO
+from tests.support.processes import stop
 
 
 def _start(*args: str) -> subprocess.Popen:
@@ -44,13 +45,7 @@ def _urls(proc: subprocess.Popen, timeout: float = 60.0) -> tuple[list[str], str
 
 def _stop(proc: subprocess.Popen) -> None:
     """Test clean-up on failure: SIGTERM first (the demo stops its Prometheus), then kill."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop(proc, grace=15)
 
 
 def _get(url: str) -> str:

@@ -16,9 +16,8 @@ import yaml
 
 from alerts import economics
 from tests.economics import world
+from tests.economics.world import CONFIG
 from tests.support.prometheus import Prometheus, promtool, run_prometheus
-
-CONFIG = economics.EconomicsConfig(interval="5m").with_prices(f"{k}={v}" for k, v in world.PRICES.items())
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 from alerts import economics as ec
 from dashboards import common, economics
 from tests.economics import world
-from tests.economics.conftest import CONFIG
+from tests.economics.world import CONFIG
 from tests.support.prometheus import run_prometheus
 
 DS = {"type": "prometheus", "uid": "${datasource}"}

@@ -14,7 +14,7 @@ from autoscaler.controller.pod_info import LABELS, pod_info
 from autoscaler.core import rightsizing as rs
 from autoscaler.core.snapshot import NodeState, RayWorker, WorkerGroupState
 from exporter.metrics import MetricSpec
-from tests.economics.test_pod_info import NOW, gpu, ray_cluster, snapshot
+from tests.economics.snapshots import NOW, gpu, ray_cluster, snapshot
 from tests.support.prometheus import promtool
 
 GROUP_LABELS = ("namespace", "raycluster", "group")

@@ -9,7 +9,7 @@ import yaml
 
 from alerts import economics as ec
 from tests.economics import world
-from tests.economics.conftest import CONFIG
+from tests.economics.world import CONFIG
 from tests.support.paths import REPO
 from tests.support.prometheus import promtool
 

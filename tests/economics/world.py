@@ -22,10 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from alerts import economics
+
 STEP = 300
 DAYS = 14
 MODEL = "NVIDIA H100 80GB HBM3"
 PRICES = {"h100": 4.0, MODEL: 3.0}  # flavor h100 wins over the model price
+# the economics rules as the history is evaluated with them (every 5 minutes, at PRICES)
+CONFIG = economics.EconomicsConfig(interval="5m").with_prices(f"{k}={v}" for k, v in PRICES.items())
 
 
 def is_day(t: float) -> bool:

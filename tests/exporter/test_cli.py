@@ -12,8 +12,8 @@ import pytest
 
 from exporter.cli import build_parser, main
 from exporter.sources.sim import SimSource
-from tests.exporter.conftest import KubeletServer, pod
 from tests.exporter.expo import by_gpu
+from tests.exporter.kubelet import KubeletServer, pod
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 

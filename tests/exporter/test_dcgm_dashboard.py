@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from tests.support.eventually import eventually
+from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.prometheus import run_prometheus
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 GPUS = 4
 SELECTOR = '{instance=~"$instance", gpu=~"$gpu"}'
 # (panel title, expression as in the dashboard JSON)
@@ -38,12 +39,6 @@ PANELS: tuple[tuple[str, str], ...] = (
 VARIABLES: tuple[tuple[str, str], ...] = (("instance", "DCGM_FI_DEV_GPU_TEMP"), ("gpu", "DCGM_FI_DEV_GPU_TEMP"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_the_stock_dcgm_exporter_dashboard_has_data_for_every_gpu(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -54,16 +49,17 @@ async def test_the_stock_dcgm_exporter_dashboard_has_data_for_every_gpu(tmp_path
     )
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(200):
+
+            async def serving_or_gone() -> bool:
                 try:
                     async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
                         if r.status == 200 and "DCGM_FI_DEV_GPU_TEMP{" in await r.text():
-                            break
+                            return True
                 except aiohttp.ClientError:
                     pass
-                if proc.returncode is not None:
-                    break
-                await asyncio.sleep(0.1)
+                return proc.returncode is not None  # gone: the assertion below says why
+
+            await eventually(serving_or_gone, "the exporter's /metrics", timeout=20, interval=0.1)
         assert proc.returncode is None, (await proc.stderr.read()).decode()
 
         cm = run_prometheus(tmp_path / "prom", targets=[f"127.0.0.1:{port}"], scrape_interval="1s")

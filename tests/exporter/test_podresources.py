@@ -11,8 +11,8 @@ from exporter.podresources import api_pb2
 from exporter.podresources.client import PodResourcesClient, allocations_from_response, normalize_device_id
 from exporter.sample import FleetSample, GpuSample, MigInstance, PodRef
 from exporter.sources.sim import SimSource
-from tests.exporter.conftest import FakeKubelet, KubeletServer, pod
 from tests.exporter.expo import by_gpu, series
+from tests.exporter.kubelet import FakeKubelet, KubeletServer, pod
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 

@@ -10,7 +10,7 @@ import pytest
 
 from exporter.server import ExporterApp
 from exporter.sources.sim import SimSource
-from tests.exporter.conftest import KubeletServer, pod
+from tests.exporter.kubelet import KubeletServer, pod
 from tests.support.prometheus import promtool, run_prometheus
 
 pytestmark = pytest.mark.e2e

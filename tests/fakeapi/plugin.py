@@ -1,12 +1,15 @@
-"""pytest fixtures: `fake_api` (a started FakeApiServer) and `kube_client` (a kubernetes-asyncio ApiClient)."""
+"""pytest fixtures: `fake_api` (a started FakeApiServer) and `kube_client` (a kubernetes-asyncio ApiClient);
+`status_of`, the Status body of a refused request."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.fakeapi.server import FakeApiServer
 from tests.support import paths
@@ -40,3 +43,8 @@ async def kube_client(fake_api: FakeApiServer) -> AsyncIterator[client.ApiClient
         yield api
     finally:
         await api.close()
+
+
+def status_of(exc: ApiException) -> dict:
+    """The Status body the server answered a refused request with."""
+    return json.loads(exc.body)

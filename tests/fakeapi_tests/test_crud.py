@@ -2,38 +2,42 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.fakeapi import ApiError, FakeApiServer
-from tests.fakeapi_tests.objects import KUEUE, KUEUE_V, pod, raycluster, workload
-
-
-def status_of(exc: ApiException) -> dict:
-    return json.loads(exc.body)
+from tests.fakeapi.plugin import status_of
+from tests.support.objects import (
+    KUEUE,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    OPT_IN,
+    namespace,
+    pod,
+    ray_cluster,
+    workload,
+)
 
 
 async def test_create_get_list_and_resource_versions(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(namespace("team-a"))
     api = client.CustomObjectsApi(kube_client)
-    a = await api.create_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", workload("a"))
-    b = await api.create_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", workload("b"))
+    a = await api.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", workload("a", queue="team-a-queue", created=None))
+    b = await api.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", workload("b", queue="team-a-queue", created=None))
     assert int(b["metadata"]["resourceVersion"]) > int(a["metadata"]["resourceVersion"])
     assert a["metadata"]["uid"] and a["metadata"]["creationTimestamp"] and a["metadata"]["generation"] == 1
-    got = await api.get_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", "a")
+    got = await api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", "a")
     assert got["spec"]["queueName"] == "team-a-queue"
-    listed = await api.list_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads")
+    listed = await api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads")
     assert [i["metadata"]["name"] for i in listed["items"]] == ["a", "b"]
     assert listed["kind"] == "WorkloadList"
     assert int(listed["metadata"]["resourceVersion"]) >= int(b["metadata"]["resourceVersion"])
     # the direct store sees what the client wrote, and the other way round
     assert (
-        fake_api.get(f"{KUEUE}/{KUEUE_V}", "Workload", "b", "team-a")["metadata"]["uid"]
+        fake_api.get(KUEUE, "Workload", "b", "team-a")["metadata"]["uid"]
         == b["metadata"]["uid"]
     )
 
@@ -44,7 +48,7 @@ async def test_already_exists_and_not_found_are_real_status_objects(
     fake_api.create(workload("a"))
     api = client.CustomObjectsApi(kube_client)
     with pytest.raises(ApiException) as exc:
-        await api.create_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", workload("a"))
+        await api.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", workload("a", created=None))
     assert exc.value.status == 409
     assert status_of(exc.value) == {
         "kind": "Status",
@@ -64,13 +68,13 @@ async def test_already_exists_and_not_found_are_real_status_objects(
 
 
 async def test_generate_name(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
-    body = workload("x")
+    fake_api.create(namespace("team-a"))
+    body = workload("x", created=None)
     del body["metadata"]["name"]
     body["metadata"]["generateName"] = "raycluster-foo-"
     api = client.CustomObjectsApi(kube_client)
-    one = await api.create_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", body)
-    two = await api.create_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", body)
+    one = await api.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", body)
+    two = await api.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", body)
     assert one["metadata"]["name"].startswith("raycluster-foo-") and len(one["metadata"]["name"]) == 20
     assert one["metadata"]["name"] != two["metadata"]["name"]
 
@@ -78,7 +82,7 @@ async def test_generate_name(fake_api: FakeApiServer, kube_client: client.ApiCli
 async def test_create_in_missing_namespace_is_404(kube_client: client.ApiClient) -> None:
     with pytest.raises(ApiException) as exc:
         await client.CustomObjectsApi(kube_client).create_namespaced_custom_object(
-            KUEUE, KUEUE_V, "nowhere", "workloads", workload("a", namespace="nowhere")
+            KUEUE_GROUP, KUEUE_VERSION, "nowhere", "workloads", workload("a", namespace="nowhere", created=None)
         )
     assert exc.value.status == 404
     assert status_of(exc.value)["message"] == 'namespaces "nowhere" not found'
@@ -87,7 +91,7 @@ async def test_create_in_missing_namespace_is_404(kube_client: client.ApiClient)
 async def test_replace_with_stale_resource_version_is_409(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
-    created = fake_api.create(raycluster("rc"))
+    created = fake_api.create(ray_cluster("rc", annotations=OPT_IN, head_ip=None))
     api = client.CustomObjectsApi(kube_client)
     fresh = dict(created)
     fresh["spec"]["workerGroupSpecs"][0]["replicas"] = 3
@@ -114,7 +118,7 @@ async def test_replace_with_stale_resource_version_is_409(
 async def test_noop_replace_keeps_resource_version(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
-    created = fake_api.create(raycluster("rc"))
+    created = fake_api.create(ray_cluster("rc", annotations=OPT_IN, head_ip=None))
     api = client.CustomObjectsApi(kube_client)
     same = await api.replace_namespaced_custom_object("ray.io", "v1", "team-a", "rayclusters", "rc", created)
     assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
@@ -126,16 +130,16 @@ async def test_delete_and_finalizers(fake_api: FakeApiServer, kube_client: clien
     held = workload("held")
     held["metadata"]["finalizers"] = ["kueue.x-k8s.io/resource-in-use"]
     fake_api.create(held)
-    await api.delete_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", "plain")
+    await api.delete_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", "plain")
     with pytest.raises(ApiError):
-        fake_api.get(f"{KUEUE}/{KUEUE_V}", "Workload", "plain", "team-a")
-    out = await api.delete_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", "held")
+        fake_api.get(KUEUE, "Workload", "plain", "team-a")
+    out = await api.delete_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", "held")
     assert out["metadata"]["deletionTimestamp"]
-    still = fake_api.get(f"{KUEUE}/{KUEUE_V}", "Workload", "held", "team-a")
+    still = fake_api.get(KUEUE, "Workload", "held", "team-a")
     assert still["metadata"]["deletionTimestamp"]
     await api.patch_namespaced_custom_object(
-        KUEUE,
-        KUEUE_V,
+        KUEUE_GROUP,
+        KUEUE_VERSION,
         "team-a",
         "workloads",
         "held",
@@ -143,13 +147,13 @@ async def test_delete_and_finalizers(fake_api: FakeApiServer, kube_client: clien
         _content_type="application/merge-patch+json",
     )
     with pytest.raises(ApiError) as exc:
-        fake_api.get(f"{KUEUE}/{KUEUE_V}", "Workload", "held", "team-a")
+        fake_api.get(KUEUE, "Workload", "held", "team-a")
     assert exc.value.status == 404
 
 
 async def test_core_pods_and_nodes(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
     core = client.CoreV1Api(kube_client)
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(namespace("team-a"))
     created = await core.create_namespaced_pod(
         "team-a",
         client.V1Pod(
@@ -193,40 +197,40 @@ async def test_lease_replace_conflict(fake_api: FakeApiServer, kube_client: clie
 
 
 async def test_dry_run_stores_nothing(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(namespace("team-a"))
     api = client.CustomObjectsApi(kube_client)
     rv = fake_api.resource_version
     out = await api.create_namespaced_custom_object(
-        KUEUE, KUEUE_V, "team-a", "workloads", workload("w"), dry_run="All"
+        KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", workload("w", created=None), dry_run="All"
     )
     assert out["metadata"]["name"] == "w"
-    assert fake_api.list(f"{KUEUE}/{KUEUE_V}", "Workload") == []
+    assert fake_api.list(KUEUE, "Workload") == []
     assert fake_api.resource_version == rv
 
 
 async def test_unknown_paths(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
     api = client.CustomObjectsApi(kube_client)
     with pytest.raises(ApiException) as exc:
-        await api.list_cluster_custom_object(KUEUE, "v1", "workloads")  # not a served version
+        await api.list_cluster_custom_object(KUEUE_GROUP, "v1", "workloads")  # not a served version
     assert exc.value.status == 404
     with pytest.raises(ApiException) as exc:
-        await api.list_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "clusterqueues")  # cluster-scoped
+        await api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "clusterqueues")  # cluster-scoped
     assert exc.value.status == 404
     with pytest.raises(ApiException) as exc:
-        await api.get_namespaced_custom_object_status(KUEUE, KUEUE_V, "team-a", "resourceflavors", "x")
+        await api.get_namespaced_custom_object_status(KUEUE_GROUP, KUEUE_VERSION, "team-a", "resourceflavors", "x")
     assert exc.value.status == 404
 
 
 async def test_versions_share_one_store(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
     fake_api.create(
-        {"apiVersion": f"{KUEUE}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}, "spec": {}}
+        {"apiVersion": f"{KUEUE_GROUP}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "a100"}, "spec": {}}
     )
     api = client.CustomObjectsApi(kube_client)
-    got = await api.get_cluster_custom_object(KUEUE, KUEUE_V, "resourceflavors", "a100")
-    assert got["apiVersion"] == f"{KUEUE}/{KUEUE_V}"
+    got = await api.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", "a100")
+    assert got["apiVersion"] == KUEUE
     out = await api.patch_cluster_custom_object(
-        KUEUE,
-        KUEUE_V,
+        KUEUE_GROUP,
+        KUEUE_VERSION,
         "resourceflavors",
         "a100",
         {"spec": {"nodeLabels": {"gpu": "a100"}}},
@@ -235,6 +239,6 @@ async def test_versions_share_one_store(fake_api: FakeApiServer, kube_client: cl
     assert out["spec"]["nodeLabels"] == {"gpu": "a100"}
     with pytest.raises(ApiException) as exc:  # the body names another version than the URL
         await api.replace_cluster_custom_object(
-            KUEUE, KUEUE_V, "resourceflavors", "a100", {**out, "apiVersion": f"{KUEUE}/v1beta1"}
+            KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", "a100", {**out, "apiVersion": f"{KUEUE_GROUP}/v1beta1"}
         )
     assert exc.value.status == 400

@@ -11,7 +11,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.fakeapi import FakeApiServer
 from tests.fakeapi.plugin import api_client_for
-from tests.fakeapi_tests.objects import KUEUE, KUEUE_V, workload
+from tests.support.objects import KUEUE, KUEUE_GROUP, KUEUE_VERSION, workload
 
 
 async def test_429_with_retry_after_then_recovers(
@@ -23,12 +23,12 @@ async def test_429_with_retry_after_then_recovers(
     await core.list_node()  # does not match the rule
     for _ in range(2):
         with pytest.raises(ApiException) as exc:
-            await api.list_cluster_custom_object(KUEUE, KUEUE_V, "workloads")
+            await api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloads")
         assert exc.value.status == 429
         assert exc.value.headers["Retry-After"] == "3"
         body = json.loads(exc.value.body)
         assert body["reason"] == "TooManyRequests" and body["details"] == {"retryAfterSeconds": 3}
-    listed = await api.list_cluster_custom_object(KUEUE, KUEUE_V, "workloads")
+    listed = await api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloads")
     assert listed["items"] == []
 
 
@@ -76,18 +76,18 @@ async def test_observed_calls_use_kubernetes_verbs(
 ) -> None:
     fake_api.create(workload("w"))
     api = client.CustomObjectsApi(kube_client)
-    await api.get_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", "w")
+    await api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", "w")
     await api.list_namespaced_custom_object(
-        KUEUE, KUEUE_V, "team-a", "workloads", watch=True, timeout_seconds=0.1, _preload_content=False
+        KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", watch=True, timeout_seconds=0.1, _preload_content=False
     )
     await api.patch_namespaced_custom_object_status(
-        KUEUE,
-        KUEUE_V,
+        KUEUE_GROUP,
+        KUEUE_VERSION,
         "team-a",
         "workloads",
         "w",
         {
-            "apiVersion": f"{KUEUE}/{KUEUE_V}",
+            "apiVersion": KUEUE,
             "kind": "Workload",
             "metadata": {"name": "w", "namespace": "team-a"},
         },
@@ -96,9 +96,9 @@ async def test_observed_calls_use_kubernetes_verbs(
     )
     await client.CoordinationV1Api(kube_client).list_namespaced_lease("kube-system")
     assert fake_api.observed_calls() == {
-        (KUEUE, "workloads", "get"),
-        (KUEUE, "workloads", "watch"),
-        (KUEUE, "workloads/status", "patch"),
+        (KUEUE_GROUP, "workloads", "get"),
+        (KUEUE_GROUP, "workloads", "watch"),
+        (KUEUE_GROUP, "workloads/status", "patch"),
         ("coordination.k8s.io", "leases", "list"),
     }
     last = fake_api.requests[-2]
@@ -113,13 +113,13 @@ async def test_observed_calls_use_kubernetes_verbs(
 async def test_fail_only_watches(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
     fake_api.fail_next(1, status=500, verb="watch")
     api = client.CustomObjectsApi(kube_client)
-    listed = await api.list_cluster_custom_object(KUEUE, KUEUE_V, "workloads")  # a list passes
+    listed = await api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloads")  # a list passes
     with pytest.raises(ApiException) as exc:
         async with watch.Watch() as w:
             async for _ in w.stream(
                 api.list_cluster_custom_object,
-                KUEUE,
-                KUEUE_V,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
                 "workloads",
                 resource_version=listed["metadata"]["resourceVersion"],
                 timeout_seconds=1,

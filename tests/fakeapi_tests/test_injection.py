@@ -12,14 +12,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.cluster.client import request
 from tests.fakeapi import FakeApiServer
-from tests.fakeapi_tests.objects import KUEUE, KUEUE_V, workload
+from tests.support.eventually import eventually
+from tests.support.objects import KUEUE_GROUP, KUEUE_VERSION, workload
 
 STATUS_PATCH = {"status": {"admissionChecks": []}}
 
 
 async def _patch_status(api: client.CustomObjectsApi, name: str) -> dict:
     return await api.patch_namespaced_custom_object_status(
-        KUEUE, KUEUE_V, "team-a", "workloads", name, STATUS_PATCH, _content_type="application/merge-patch+json")
+        KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", name, STATUS_PATCH, _content_type="application/merge-patch+json")
 
 
 @pytest.mark.parametrize(("status", "reason"), [
@@ -39,7 +40,7 @@ async def test_refuse_writes_with_any_status(fake_api: FakeApiServer, kube_clien
         assert exc.value.status == status == body["code"] and body["reason"] == reason
     assert rule.hits == 3
     await _patch_status(api, "wl-2")  # another object: not refused
-    await api.get_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", "wl-1")  # reads never are
+    await api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", "wl-1")  # reads never are
     rule.cancel()
     await _patch_status(api, "wl-1")
     assert rule.hits == 3
@@ -77,10 +78,7 @@ async def test_429_refusal_carries_retry_after(fake_api: FakeApiServer, kube_cli
 async def _open_watch(fake_api: FakeApiServer, kube_client: client.ApiClient):
     resp = await request(kube_client, "GET", "/api/v1/nodes", [("watch", "true"), ("resourceVersion", "0")],
                          request_timeout=None)
-    for _ in range(100):
-        if fake_api.open_watches:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: fake_api.open_watches, "the watch to open", timeout=1)
     return resp
 
 

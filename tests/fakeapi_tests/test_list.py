@@ -7,7 +7,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.fakeapi import FakeApiServer
-from tests.fakeapi_tests.objects import KUEUE, KUEUE_V, node, pod, workload
+from tests.support.objects import KUEUE, KUEUE_GROUP, KUEUE_VERSION, node, pod, workload
 
 
 async def _names(core: client.CoreV1Api, **kw: str) -> list[str]:
@@ -41,7 +41,7 @@ async def test_field_selectors(fake_api: FakeApiServer, kube_client: client.ApiC
     assert await _names(core, field_selector="metadata.name=c") == ["c"]
     with pytest.raises(ApiException) as exc:
         await client.CustomObjectsApi(kube_client).list_cluster_custom_object(
-            KUEUE, KUEUE_V, "workloads", field_selector="spec.queueName=x"
+            KUEUE_GROUP, KUEUE_VERSION, "workloads", field_selector="spec.queueName=x"
         )
     assert exc.value.status == 400
 
@@ -51,14 +51,14 @@ async def test_pagination_is_a_consistent_snapshot(
 ) -> None:
     fake_api.load(workload(f"w{i:03d}") for i in range(25))
     api = client.CustomObjectsApi(kube_client)
-    first = await api.list_cluster_custom_object(KUEUE, KUEUE_V, "workloads", limit=10)
+    first = await api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloads", limit=10)
     assert len(first["items"]) == 10 and first["metadata"]["remainingItemCount"] == 15
     fake_api.create(workload("w999"))  # after the snapshot: not in this list, seen by a watch from its rv
-    fake_api.delete(f"{KUEUE}/{KUEUE_V}", "Workload", "w020", "team-a")
+    fake_api.delete(KUEUE, "Workload", "w020", "team-a")
     names = [i["metadata"]["name"] for i in first["items"]]
     token = first["metadata"]["continue"]
     while token:
-        page = await api.list_cluster_custom_object(KUEUE, KUEUE_V, "workloads", limit=10, _continue=token)
+        page = await api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloads", limit=10, _continue=token)
         assert page["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
         names += [i["metadata"]["name"] for i in page["items"]]
         token = page["metadata"].get("continue")
@@ -81,10 +81,10 @@ async def test_continue_token_expires_after_compaction(
 async def test_discovery(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
     groups = await client.ApisApi(kube_client).get_api_versions()
     by_name = {g.name: g for g in groups.groups}
-    assert by_name[KUEUE].preferred_version.version == "v1beta2"
-    assert {v.version for v in by_name[KUEUE].versions} == {"v1beta2", "v1beta1"}
+    assert by_name[KUEUE_GROUP].preferred_version.version == "v1beta2"
+    assert {v.version for v in by_name[KUEUE_GROUP].versions} == {"v1beta2", "v1beta1"}
     assert "ray.io" in by_name and "coordination.k8s.io" in by_name
-    res = await client.CustomObjectsApi(kube_client).get_api_resources(KUEUE, KUEUE_V)
+    res = await client.CustomObjectsApi(kube_client).get_api_resources(KUEUE_GROUP, KUEUE_VERSION)
     names = {r.name: r for r in res.resources}
     assert names["workloads"].namespaced and not names["clusterqueues"].namespaced
     assert "workloads/status" in names and "resourceflavors/status" not in names

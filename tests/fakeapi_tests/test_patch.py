@@ -9,24 +9,30 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.fakeapi import FakeApiServer
-from tests.fakeapi_tests.objects import KUEUE, KUEUE_V, check_state, pod, raycluster, workload
+from tests.fakeapi.plugin import status_of
+from tests.support.objects import (
+    KUEUE,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    OPT_IN,
+    check_state,
+    namespace,
+    pod,
+    ray_cluster,
+    workload,
+)
 
-WL = f"{KUEUE}/{KUEUE_V}"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
 OURS = "queuepilot.io/gpu-capacity"
 
 
-def status_of(exc: ApiException) -> dict:
-    return json.loads(exc.body)
-
-
 async def test_dict_body_without_content_type_is_refused_like_the_real_server(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
     """The kubernetes-asyncio trap: a dict body goes out as application/json-patch+json."""
-    fake_api.create(raycluster("rc"))
+    fake_api.create(ray_cluster("rc", annotations=OPT_IN, head_ip=None))
     api = client.CustomObjectsApi(kube_client)
     fake_api.clear_requests()
     with pytest.raises(ApiException) as exc:
@@ -48,7 +54,7 @@ async def test_dict_body_without_content_type_is_refused_like_the_real_server(
 
 
 async def test_merge_patch(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
-    fake_api.create(raycluster("rc"))
+    fake_api.create(ray_cluster("rc", annotations=OPT_IN, head_ip=None))
     api = client.CustomObjectsApi(kube_client)
     out = await api.patch_namespaced_custom_object(
         "ray.io",
@@ -81,7 +87,7 @@ async def test_merge_patch(fake_api: FakeApiServer, kube_client: client.ApiClien
 async def test_json_patch_with_a_list_of_operations(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
-    fake_api.create(raycluster("rc"))
+    fake_api.create(ray_cluster("rc", annotations=OPT_IN, head_ip=None))
     api = client.CustomObjectsApi(kube_client)
     ops = [
         {"op": "test", "path": "/spec/workerGroupSpecs/0/replicas", "value": 2},
@@ -104,7 +110,7 @@ async def test_json_patch_with_a_list_of_operations(
 async def test_resource_version_in_a_patch_is_a_precondition(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
-    created = fake_api.create(raycluster("rc"))
+    created = fake_api.create(ray_cluster("rc", annotations=OPT_IN, head_ip=None))
     fake_api.patch("ray.io/v1", "RayCluster", "rc", {"spec": {"suspend": False}}, "team-a")
     api = client.CustomObjectsApi(kube_client)
     body = {
@@ -135,7 +141,7 @@ async def test_strategic_merge_patch(fake_api: FakeApiServer, kube_client: clien
     )
     assert fake_api.requests[-1].content_type == "application/strategic-merge-patch+json"
     assert [(c.name, c.image) for c in out.spec.containers] == [("main", "busybox:2"), ("sidecar", "envoy")]
-    fake_api.create(raycluster("rc"))
+    fake_api.create(ray_cluster("rc", annotations=OPT_IN, head_ip=None))
     with pytest.raises(ApiException) as exc:
         await client.CustomObjectsApi(kube_client).patch_namespaced_custom_object(
             "ray.io",
@@ -159,7 +165,7 @@ def _kueue_reserves_quota(fake_api: FakeApiServer, checks: list[dict]) -> dict:
     wl = fake_api.create(workload("wl"))
     return fake_api.apply(
         {
-            "apiVersion": WL,
+            "apiVersion": KUEUE,
             "kind": "Workload",
             "metadata": {"name": "wl", "namespace": "team-a"},
             "status": {"admissionChecks": checks},
@@ -173,7 +179,7 @@ def _our_entry(entry: dict, rv: str | None = None) -> dict:
     meta: dict = {"name": "wl", "namespace": "team-a"}
     if rv:
         meta["resourceVersion"] = rv
-    return {"apiVersion": WL, "kind": "Workload", "metadata": meta, "status": {"admissionChecks": [entry]}}
+    return {"apiVersion": KUEUE, "kind": "Workload", "metadata": meta, "status": {"admissionChecks": [entry]}}
 
 
 async def test_apply_merges_list_map_entries_by_key(
@@ -184,8 +190,8 @@ async def test_apply_merges_list_map_entries_by_key(
     )
     api = client.CustomObjectsApi(kube_client)
     out = await api.patch_namespaced_custom_object_status(
-        KUEUE,
-        KUEUE_V,
+        KUEUE_GROUP,
+        KUEUE_VERSION,
         "team-a",
         "workloads",
         "wl",
@@ -207,7 +213,7 @@ async def test_apply_merges_list_map_entries_by_key(
     assert "f:state" in kueue_checks['k:{"name":"provisioning"}']
     # a merge patch of the same list would have replaced it whole: the difference SSA exists for
     merged = fake_api.patch(
-        WL,
+        KUEUE,
         "Workload",
         "wl",
         {"status": {"admissionChecks": [check_state("gpu-capacity", "Retry")]}},
@@ -222,8 +228,8 @@ async def test_apply_conflict_without_force(fake_api: FakeApiServer, kube_client
     api = client.CustomObjectsApi(kube_client)
     with pytest.raises(ApiException) as exc:
         await api.patch_namespaced_custom_object_status(
-            KUEUE,
-            KUEUE_V,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
             "team-a",
             "workloads",
             "wl",
@@ -246,12 +252,12 @@ async def test_apply_conflict_without_force(fake_api: FakeApiServer, kube_client
             "field": field,
         }
     ]
-    assert fake_api.get(WL, "Workload", "wl", "team-a")["status"]["admissionChecks"][0]["state"] == "Pending"
+    assert fake_api.get(KUEUE, "Workload", "wl", "team-a")["status"]["admissionChecks"][0]["state"] == "Pending"
     # two conflicting fields: the multi-line message
     with pytest.raises(ApiException) as exc:
         await api.patch_namespaced_custom_object_status(
-            KUEUE,
-            KUEUE_V,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
             "team-a",
             "workloads",
             "wl",
@@ -270,12 +276,12 @@ async def test_apply_with_stale_resource_version_is_409(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
     first = _kueue_reserves_quota(fake_api, [check_state("gpu-capacity", "Pending")])
-    fake_api.patch(WL, "Workload", "wl", {"metadata": {"labels": {"touched": "yes"}}}, "team-a")
+    fake_api.patch(KUEUE, "Workload", "wl", {"metadata": {"labels": {"touched": "yes"}}}, "team-a")
     api = client.CustomObjectsApi(kube_client)
     with pytest.raises(ApiException) as exc:
         await api.patch_namespaced_custom_object_status(
-            KUEUE,
-            KUEUE_V,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
             "team-a",
             "workloads",
             "wl",
@@ -307,7 +313,7 @@ async def test_apply_drops_entries_a_manager_stops_applying(fake_api: FakeApiSer
         },
     ]
     body = {
-        "apiVersion": WL,
+        "apiVersion": KUEUE,
         "kind": "Workload",
         "metadata": {"name": "wl", "namespace": "team-a"},
         "status": {"conditions": conds},
@@ -326,7 +332,7 @@ async def test_apply_drops_entries_a_manager_stops_applying(fake_api: FakeApiSer
         "lastTransitionTime": "2026-08-22T10:00:00Z",
     }
     fake_api.apply({**body, "status": {"conditions": [mine]}}, field_manager="other", subresource="status")
-    before = fake_api.store.get(fake_api.registry.by_plural(KUEUE, "workloads"), "team-a", "wl")  # type: ignore[arg-type]
+    before = fake_api.store.get(fake_api.registry.by_plural(KUEUE_GROUP, "workloads"), "team-a", "wl")  # type: ignore[arg-type]
     frozen = json.dumps(before, sort_keys=True)
     out = fake_api.apply(
         {**body, "status": {"conditions": conds[:1]}}, field_manager="kueue-admission", subresource="status"
@@ -340,10 +346,10 @@ async def test_apply_requires_field_manager_and_creates(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
     api = client.CustomObjectsApi(kube_client)
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(namespace("team-a"))
     with pytest.raises(ApiException) as exc:
         await api.patch_namespaced_custom_object(
-            "ray.io", "v1", "team-a", "rayclusters", "rc", raycluster("rc"), _content_type=APPLY
+            "ray.io", "v1", "team-a", "rayclusters", "rc", ray_cluster("rc", annotations=OPT_IN, head_ip=None, created=None), _content_type=APPLY
         )
     assert exc.value.status == 422
     assert status_of(exc.value)["message"] == (
@@ -355,7 +361,7 @@ async def test_apply_requires_field_manager_and_creates(
         "team-a",
         "rayclusters",
         "rc",
-        raycluster("rc"),
+        ray_cluster("rc", annotations=OPT_IN, head_ip=None, created=None),
         field_manager="tester",
         _content_type=APPLY,
     )
@@ -369,8 +375,8 @@ async def test_apply_with_another_uid_is_409(fake_api: FakeApiServer, kube_clien
     body["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"  # a workload of the same name, recreated
     with pytest.raises(ApiException) as exc:
         await client.CustomObjectsApi(kube_client).patch_namespaced_custom_object_status(
-            KUEUE,
-            KUEUE_V,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
             "team-a",
             "workloads",
             "wl",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -12,19 +11,24 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.fakeapi import ApiError, FakeApiServer
+from tests.fakeapi.plugin import status_of
 from tests.fakeapi.resources import crd_types
-from tests.fakeapi_tests.objects import KUEUE, KUEUE_V, check_state, pod, raycluster, workload
-
-WL = f"{KUEUE}/{KUEUE_V}"
-
-
-def status_of(exc: ApiException) -> dict:
-    return json.loads(exc.body)
+from tests.support.objects import (
+    KUEUE,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    OPT_IN,
+    check_state,
+    namespace,
+    pod,
+    ray_cluster,
+    workload,
+)
 
 
 def test_every_served_crd_version_converts_to_a_valid_json_schema(crds_dir: Path) -> None:
     types = crd_types(crds_dir)
-    assert {(t.group, t.plural) for t in types} >= {(KUEUE, "workloads"), ("ray.io", "rayclusters")}
+    assert {(t.group, t.plural) for t in types} >= {(KUEUE_GROUP, "workloads"), ("ray.io", "rayclusters")}
     assert next(t for t in types if t.plural == "workloads").versions == ["v1beta2", "v1beta1"]
     patterns = 0
     for t in types:
@@ -50,22 +54,22 @@ def _patterns(node: object) -> list[str]:
 
 
 async def test_valid_objects_pass(fake_api: FakeApiServer, kube_client: client.ApiClient) -> None:
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(namespace("team-a"))
     api = client.CustomObjectsApi(kube_client)
-    await api.create_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", workload("w"))
-    await api.create_namespaced_custom_object("ray.io", "v1", "team-a", "rayclusters", raycluster("rc"))
+    await api.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", workload("w", created=None))
+    await api.create_namespaced_custom_object("ray.io", "v1", "team-a", "rayclusters", ray_cluster("rc", annotations=OPT_IN, head_ip=None, created=None))
 
 
 async def test_unknown_field_is_rejected_like_strict_field_validation(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
-    bad = workload("w")
+    fake_api.create(namespace("team-a"))
+    bad = workload("w", created=None)
     bad["spec"]["podSets"][0]["replicas"] = 2  # Workload podSets count, not replicas
     bad["spec"]["queue"] = "x"
     api = client.CustomObjectsApi(kube_client)
     with pytest.raises(ApiException) as exc:
-        await api.create_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads", bad)
+        await api.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", bad)
     assert exc.value.status == 400
     assert status_of(exc.value)["reason"] == "BadRequest"
     assert status_of(exc.value)["message"] == (
@@ -73,7 +77,7 @@ async def test_unknown_field_is_rejected_like_strict_field_validation(
         'unknown field "spec.podSets[0].replicas", unknown field "spec.queue"'
     )
     # deep inside an embedded pod template too
-    rc = raycluster("rc")
+    rc = ray_cluster("rc", annotations=OPT_IN, head_ip=None, created=None)
     rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resource"] = {}
     with pytest.raises(ApiException) as exc:
         await api.create_namespaced_custom_object("ray.io", "v1", "team-a", "rayclusters", rc)
@@ -82,14 +86,14 @@ async def test_unknown_field_is_rejected_like_strict_field_validation(
         in status_of(exc.value)["message"]
     )
     with pytest.raises(ApiError):
-        fake_api.get(WL, "Workload", "w", "team-a")
+        fake_api.get(KUEUE, "Workload", "w", "team-a")
 
 
 async def test_wrong_type_and_enum_are_422_with_causes(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
-    rc = raycluster("rc")
+    fake_api.create(namespace("team-a"))
+    rc = ray_cluster("rc", annotations=OPT_IN, head_ip=None, created=None)
     rc["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
     api = client.CustomObjectsApi(kube_client)
     with pytest.raises(ApiException) as exc:
@@ -119,15 +123,15 @@ async def test_status_is_validated_on_status_writes(
     entry = check_state("gpu-capacity", "Maybe")
     del entry["message"]
     body = {
-        "apiVersion": WL,
+        "apiVersion": KUEUE,
         "kind": "Workload",
         "metadata": {"name": "w", "namespace": "team-a"},
         "status": {"admissionChecks": [entry]},
     }
     with pytest.raises(ApiException) as exc:
         await api.patch_namespaced_custom_object_status(
-            KUEUE,
-            KUEUE_V,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
             "team-a",
             "workloads",
             "w",
@@ -142,7 +146,7 @@ async def test_status_is_validated_on_status_writes(
         ("status.admissionChecks[0].message", "FieldValueRequired"),
         ("status.admissionChecks[0].state", "FieldValueNotSupported"),
     }
-    assert "status" not in fake_api.get(WL, "Workload", "w", "team-a")
+    assert "status" not in fake_api.get(KUEUE, "Workload", "w", "team-a")
 
 
 async def test_apply_with_unknown_field_fails_to_build_the_typed_patch(
@@ -151,15 +155,15 @@ async def test_apply_with_unknown_field_fails_to_build_the_typed_patch(
     fake_api.create(workload("w"))
     api = client.CustomObjectsApi(kube_client)
     body = {
-        "apiVersion": WL,
+        "apiVersion": KUEUE,
         "kind": "Workload",
         "metadata": {"name": "w", "namespace": "team-a"},
         "status": {"admissionCheck": []},
     }
     with pytest.raises(ApiException) as exc:
         await api.patch_namespaced_custom_object_status(
-            KUEUE,
-            KUEUE_V,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
             "team-a",
             "workloads",
             "w",
@@ -175,7 +179,7 @@ async def test_apply_with_unknown_field_fails_to_build_the_typed_patch(
 
 
 def test_direct_store_validates_and_bulk_load_does_not(fake_api: FakeApiServer) -> None:
-    bad = raycluster("rc")
+    bad = ray_cluster("rc", annotations=OPT_IN, head_ip=None)
     bad["spec"]["workerGroupSpecs"][0]["maxReplicas"] = "many"
     with pytest.raises(ApiError) as exc:
         fake_api.create(bad)
@@ -189,13 +193,13 @@ def test_direct_store_validates_and_bulk_load_does_not(fake_api: FakeApiServer) 
 
 def test_v1beta1_is_served_and_validated_against_its_own_schema(fake_api: FakeApiServer) -> None:
     cq = {
-        "apiVersion": f"{KUEUE}/v1beta1",
+        "apiVersion": f"{KUEUE_GROUP}/v1beta1",
         "kind": "ClusterQueue",
         "metadata": {"name": "cq"},
         "spec": {"admissionChecks": ["gpu-capacity"], "resourceGroups": []},
     }
     fake_api.create(cq)  # v1beta1 still has spec.admissionChecks
-    cq2 = {**cq, "apiVersion": WL.replace("v1beta2", "v1beta2"), "metadata": {"name": "cq2"}}
+    cq2 = {**cq, "apiVersion": KUEUE.replace("v1beta2", "v1beta2"), "metadata": {"name": "cq2"}}
     with pytest.raises(ApiError) as exc:
         fake_api.create(cq2)  # v1beta2 has not
     assert exc.value.status == 400 and 'unknown field "spec.admissionChecks"' in exc.value.message
@@ -205,7 +209,7 @@ async def test_core_kinds_are_checked_against_the_upstream_schema(
     fake_api: FakeApiServer, kube_client: client.ApiClient
 ) -> None:
     core = client.CoreV1Api(kube_client)
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(namespace("team-a"))
     bad = pod("p")
     bad["spec"]["containers"][0]["resource"] = {"limits": {"nvidia.com/gpu": 1}}
     with pytest.raises(ApiException) as exc:

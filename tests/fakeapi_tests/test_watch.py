@@ -12,9 +12,8 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.fakeapi import FakeApiServer
-from tests.fakeapi_tests.objects import KUEUE, KUEUE_V, pod, workload
-
-WL = f"{KUEUE}/{KUEUE_V}"
+from tests.support.eventually import eventually
+from tests.support.objects import KUEUE, KUEUE_GROUP, KUEUE_VERSION, pod, workload
 
 
 async def collect(w: watch.Watch, n: int, limit_s: float = 5.0) -> list[dict[str, Any]]:
@@ -36,15 +35,15 @@ async def test_list_then_watch_from_resource_version(
 ) -> None:
     api = client.CustomObjectsApi(kube_client)
     fake_api.create(workload("a"))
-    listed = await api.list_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads")
+    listed = await api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads")
     rv = listed["metadata"]["resourceVersion"]
     fake_api.create(workload("b"))
-    fake_api.patch(WL, "Workload", "a", {"spec": {"active": False}}, "team-a")
-    fake_api.delete(WL, "Workload", "a", "team-a")
+    fake_api.patch(KUEUE, "Workload", "a", {"spec": {"active": False}}, "team-a")
+    fake_api.delete(KUEUE, "Workload", "a", "team-a")
     async with watch.Watch() as w:
         events = await collect(
             w.stream(
-                api.list_namespaced_custom_object, KUEUE, KUEUE_V, "team-a", "workloads", resource_version=rv
+                api.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads", resource_version=rv
             ),
             3,
         )
@@ -76,8 +75,8 @@ async def test_live_events_reach_an_open_watch(
     w = watch.Watch()
     stream = w.stream(
         api.list_namespaced_custom_object,
-        KUEUE,
-        KUEUE_V,
+        KUEUE_GROUP,
+        KUEUE_VERSION,
         "team-a",
         "workloads",
         resource_version=fake_api.resource_version,
@@ -101,8 +100,8 @@ async def test_bookmarks_carry_only_the_resource_version(
         events = await collect(
             w.stream(
                 api.list_namespaced_custom_object,
-                KUEUE,
-                KUEUE_V,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
                 "team-a",
                 "workloads",
                 resource_version=fake_api.resource_version,
@@ -125,8 +124,8 @@ async def test_no_bookmarks_unless_asked(fake_api: FakeApiServer, kube_client: c
     async with watch.Watch() as w:
         async for ev in w.stream(
             api.list_namespaced_custom_object,
-            KUEUE,
-            KUEUE_V,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
             "team-a",
             "workloads",
             resource_version=fake_api.resource_version,
@@ -148,8 +147,8 @@ async def test_compacted_history_gives_410_expired(
         async with watch.Watch() as w:
             async for _ in w.stream(
                 api.list_namespaced_custom_object,
-                KUEUE,
-                KUEUE_V,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
                 "team-a",
                 "workloads",
                 resource_version=old_rv,
@@ -160,7 +159,7 @@ async def test_compacted_history_gives_410_expired(
     assert exc.value.reason.startswith("Expired: too old resource version")
     # the raw stream holds exactly one ERROR event with a Status, inside a 200 response
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {fake_api.token}"}) as http:
-        url = f"{fake_api.url}/apis/{KUEUE}/{KUEUE_V}/namespaces/team-a/workloads?watch=true&resourceVersion={old_rv}"
+        url = f"{fake_api.url}/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/namespaces/team-a/workloads?watch=true&resourceVersion={old_rv}"
         async with http.get(url) as resp:
             assert resp.status == 200
             lines = [line for line in (await resp.read()).decode().splitlines() if line]
@@ -170,14 +169,14 @@ async def test_compacted_history_gives_410_expired(
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 410 and event["object"]["reason"] == "Expired"
     # a relist and a watch from the fresh resourceVersion work again
-    listed = await api.list_namespaced_custom_object(KUEUE, KUEUE_V, "team-a", "workloads")
+    listed = await api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads")
     fake_api.create(workload("c"))
     async with watch.Watch() as w:
         events = await collect(
             w.stream(
                 api.list_namespaced_custom_object,
-                KUEUE,
-                KUEUE_V,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
                 "team-a",
                 "workloads",
                 resource_version=listed["metadata"]["resourceVersion"],
@@ -200,8 +199,8 @@ async def test_bounded_history_expires_old_versions(
         async with watch.Watch() as w:
             async for _ in w.stream(
                 api.list_namespaced_custom_object,
-                KUEUE,
-                KUEUE_V,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
                 "team-a",
                 "workloads",
                 resource_version=first,
@@ -215,8 +214,8 @@ async def test_bounded_history_expires_old_versions(
         events = await collect(
             w.stream(
                 api.list_namespaced_custom_object,
-                KUEUE,
-                KUEUE_V,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
                 "team-a",
                 "workloads",
                 resource_version=start,
@@ -233,18 +232,15 @@ async def test_dropped_watch_is_seen_by_the_client(
     w = watch.Watch()
     stream = w.stream(
         api.list_namespaced_custom_object,
-        KUEUE,
-        KUEUE_V,
+        KUEUE_GROUP,
+        KUEUE_VERSION,
         "team-a",
         "workloads",
         resource_version=fake_api.resource_version,
         timeout_seconds=30,
     )
     task = asyncio.create_task(collect(stream, 5, limit_s=10))
-    for _ in range(50):
-        if fake_api.open_watches:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: fake_api.open_watches, "the watch to open", timeout=2.5)
     assert fake_api.drop_watches() == 1
     with pytest.raises(aiohttp.ClientPayloadError):
         await task
@@ -260,8 +256,8 @@ async def test_graceful_drop_ends_the_stream(fake_api: FakeApiServer, kube_clien
         async with watch.Watch() as w:
             async for ev in w.stream(
                 api.list_namespaced_custom_object,
-                KUEUE,
-                KUEUE_V,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
                 "team-a",
                 "workloads",
                 resource_version=fake_api.resource_version,
@@ -270,10 +266,7 @@ async def test_graceful_drop_ends_the_stream(fake_api: FakeApiServer, kube_clien
                 seen.append(ev)
 
     task = asyncio.create_task(consume())
-    for _ in range(50):
-        if fake_api.open_watches:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: fake_api.open_watches, "the watch to open", timeout=2.5)
     fake_api.drop_watches(graceful=True)
     await asyncio.wait_for(task, 5)
     assert seen == []
@@ -328,12 +321,9 @@ async def test_a_client_that_goes_away_ends_its_watch(
     fake_api.create(workload("a"))
     api = client.CustomObjectsApi(kube_client)
     w = watch.Watch()
-    await collect(w.stream(api.list_namespaced_custom_object, KUEUE, KUEUE_V, "team-a", "workloads"), 1)
+    await collect(w.stream(api.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, "team-a", "workloads"), 1)
     assert fake_api.open_watches == 1
     await w.close()
-    for _ in range(100):
-        if fake_api.open_watches == 0:
-            break
-        await asyncio.sleep(0.02)
+    await eventually(lambda: fake_api.open_watches == 0, "the closed watch to end", timeout=2)
     assert fake_api.open_watches == 0
     assert fake_api.store.watchers == []

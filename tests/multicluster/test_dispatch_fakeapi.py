@@ -14,9 +14,10 @@ from autoscaler.rbac import (
     MULTIKUEUE_SECRET_CALLS,
     WORKER_API_CALLS,
 )
-from tests.controller.objects import KUEUE
 from tests.fakeapi.server import FakeApiServer
-from tests.multicluster.conftest import FROZEN, Fleet3, gpu_node, gpu_pod, mk_workload
+from tests.multicluster.fleet import FROZEN, Fleet3, gpu_node, gpu_pod, mk_workload
+from tests.support.eventually import eventually
+from tests.support.objects import KUEUE
 
 
 def dispatcher(f: Fleet3) -> DispatchReconciler:
@@ -39,7 +40,7 @@ async def test_nominated_only_where_it_fits(fleet3: Fleet3, trouble: str) -> Non
     b.create(gpu_node("b1"))
     fleet3.manager.create(mk_workload("train"))
     async with fleet3.running():
-        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-b"])
+        await eventually(lambda: fleet3.nominated("train") == ["worker-b"], timeout=30)
         wl = fleet3.manager.get(KUEUE, "Workload", "train", "team-a")
         owners = [e for e in wl["metadata"]["managedFields"] if e.get("subresource") == "status"
                   and "f:nominatedClusterNames" in str(e.get("fieldsV1"))]
@@ -47,7 +48,7 @@ async def test_nominated_only_where_it_fits(fleet3: Fleet3, trouble: str) -> Non
         d = dispatcher(fleet3)
         assert "train" in str(d.ledgers["worker-b"].reservations)
         assert not d.ledgers["worker-a"].reservations
-        await fleet3.wait_for(lambda: ("Nominated", "live") in d.published.decisions)
+        await eventually(lambda: ("Nominated", "live") in d.published.decisions, timeout=30)
         # every request is one the RBAC grants: manager (chart ClusterRoles + named Secrets), workers (nodes, pods)
         assert fleet3.manager.observed_calls() <= CONTROLLER_API_CALLS | MULTIKUEUE_API_CALLS | MULTIKUEUE_SECRET_CALLS
         assert {c for c in fleet3.manager.observed_calls() if c[1] == "secrets"} == {("", "secrets", "get")}
@@ -65,7 +66,7 @@ async def test_none_fits_event_names_largest_blocks(fleet3: Fleet3) -> None:
         def warned() -> bool:
             evs = fleet3.manager.list("v1", "Event", "team-a")
             return any(e.get("reason") == "NoClusterFits" for e in evs)
-        await fleet3.wait_for(warned)
+        await eventually(warned, timeout=30)
         (ev,) = [e for e in fleet3.manager.list("v1", "Event", "team-a") if e.get("reason") == "NoClusterFits"]
         assert ev["type"] == "Warning"
         assert "worker-a: insufficient on a100: largest free blocks 6" in ev["message"]
@@ -78,11 +79,11 @@ async def test_unreachable_worker_drops_out(fleet3: Fleet3) -> None:
     fleet3.workers["worker-b"].create(gpu_node("b1"))
     fleet3.manager.create(mk_workload("train"))
     async with fleet3.running():
-        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a", "worker-b"])
+        await eventually(lambda: fleet3.nominated("train") == ["worker-a", "worker-b"], timeout=30)
         await fleet3.workers["worker-a"].stop()  # partition: worker-a's API server is gone
-        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-b"], within=40)
+        await eventually(lambda: fleet3.nominated("train") == ["worker-b"], timeout=40)
         d = dispatcher(fleet3)
-        await fleet3.wait_for(lambda: d.published.up.get("worker-a") == 0)
+        await eventually(lambda: d.published.up.get("worker-a") == 0, timeout=30)
         assert d.published.up.get("worker-b") == 1
 
 
@@ -96,13 +97,13 @@ async def test_nothing_is_nominated_before_every_worker_s_gpu_health_was_read(fl
     FROZEN.add("worker-b")  # its GPU health source has not answered yet
     async with fleet3.running():
         d = dispatcher(fleet3)
-        await fleet3.wait_for(lambda: set(fleet3.fleet.fleet.workers) == {"worker-a", "worker-b"}
-                              and all(w.nodes.synced and w.pods.synced for w in fleet3.fleet.fleet.workers.values()))
+        await eventually(lambda: set(fleet3.fleet.fleet.workers) == {"worker-a", "worker-b"}
+                              and all(w.nodes.synced and w.pods.synced for w in fleet3.fleet.fleet.workers.values()), timeout=30)
         await asyncio.sleep(1.0)  # passes run (refresh 0.3 s, GPU poll 0.2 s): none may decide
         assert fleet3.nominated("first") is None
         assert not any(led.reservations for led in d.ledgers.values())
         FROZEN.discard("worker-b")  # the first reading comes
-        await fleet3.wait_for(lambda: fleet3.nominated("first") == ["worker-a", "worker-b"])
+        await eventually(lambda: fleet3.nominated("first") == ["worker-a", "worker-b"], timeout=30)
 
 
 async def test_ledger_never_promises_a_gpu_twice(fleet3: Fleet3) -> None:
@@ -111,7 +112,7 @@ async def test_ledger_never_promises_a_gpu_twice(fleet3: Fleet3) -> None:
     fleet3.manager.create(mk_workload("first", at=2000.0))
     fleet3.manager.create(mk_workload("second", at=2001.0))
     async with fleet3.running():
-        await fleet3.wait_for(lambda: fleet3.nominated("first") == ["worker-a", "worker-b"])
+        await eventually(lambda: fleet3.nominated("first") == ["worker-a", "worker-b"], timeout=30)
         await asyncio.sleep(0.5)
         assert not fleet3.nominated("second")  # every free GPU is promised to "first"
         d = dispatcher(fleet3)
@@ -123,7 +124,7 @@ async def test_ledger_never_promises_a_gpu_twice(fleet3: Fleet3) -> None:
         wl["status"].pop("nominatedClusterNames", None)
         fleet3.manager.update_status(wl, field_manager="kueue")
         # its promise on worker-b is given back: "second" goes there (after its backoff)
-        await fleet3.wait_for(lambda: fleet3.nominated("second") == ["worker-b"], within=40)
+        await eventually(lambda: fleet3.nominated("second") == ["worker-b"], timeout=40)
         assert set(d.ledgers["worker-a"].reservations) == {"team-a/first"}
         assert set(d.ledgers["worker-b"].reservations) == {"team-a/second"}
 
@@ -135,7 +136,7 @@ async def test_dry_run_writes_nothing_and_reports(fleet3: Fleet3) -> None:
         def reported() -> bool:
             return any(e.get("reason") == "Nominated" and "dry-run: would nominate worker-b" in e.get("message", "")
                        for e in fleet3.manager.list("v1", "Event", "team-a"))
-        await fleet3.wait_for(reported)
+        await eventually(reported, timeout=30)
         assert fleet3.nominated("train") is None
 
 
@@ -150,6 +151,6 @@ async def test_stale_gpu_health_drops_out(fleet3: Fleet3) -> None:
     fleet3.workers["worker-b"].create(gpu_node("b1"))
     fleet3.manager.create(mk_workload("train"))
     async with fleet3.running(config=DispatchConfig(stale_seconds=1.0)):
-        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a", "worker-b"])
+        await eventually(lambda: fleet3.nominated("train") == ["worker-a", "worker-b"], timeout=30)
         FROZEN.add("worker-b")  # its series stop arriving in the shared Prometheus
-        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-a"], within=40)
+        await eventually(lambda: fleet3.nominated("train") == ["worker-a"], timeout=40)

@@ -4,7 +4,6 @@ fake API servers with the real kubernetes-asyncio client; and the fleet metrics.
 from __future__ import annotations
 
 import base64
-from collections import Counter
 
 import pytest
 import yaml
@@ -13,27 +12,18 @@ from prometheus_client import generate_latest
 from autoscaler.cluster.client import make_api_client
 from autoscaler.cluster.remote import Fleet, FleetError, check_kubeconfig_dict
 from autoscaler.controller.dispatch import DispatchReconciler, cluster_selector
-from tests.controller.objects import KUEUE
-from tests.multicluster.conftest import NS, Fleet3, gpu_node, mk_workload
+from tests.multicluster.fleet import NS, Fleet3, gpu_node, mk_workload
+from tests.support.eventually import eventually
+from tests.support.objects import KUEUE
+from tests.support.reporters import RecordingReporter
 
 
-class Reporter:
-    def __init__(self) -> None:
-        self.errors: Counter[tuple[str, str]] = Counter()
-
-    def watch_restarted(self, resource: str) -> None:
-        pass
-
-    def source_error(self, source: str, kind: str) -> None:
-        self.errors[(source, kind)] += 1
-
-
-async def synced_fleet(f: Fleet3) -> tuple[Fleet, Reporter, object]:
+async def synced_fleet(f: Fleet3) -> tuple[Fleet, RecordingReporter, object]:
     api = await make_api_client(str(f.manager.kubeconfig_path))
-    rep = Reporter()
+    rep = RecordingReporter()
     fleet = Fleet(api, rep, namespace=NS, stale_after=1.0)
     fleet.start()
-    await f.wait_for(lambda: fleet.synced)
+    await eventually(lambda: fleet.synced, timeout=30)
     return fleet, rep, api
 
 
@@ -44,7 +34,7 @@ async def test_workers_connect_rotate_and_go(fleet3: Fleet3) -> None:
         await fleet.refresh()
         assert set(fleet.workers) == {"worker-a", "worker-b"} and not fleet.errors
         wa = fleet.workers["worker-a"]
-        await fleet3.wait_for(lambda: wa.nodes.synced and "a1" in wa.nodes.items)
+        await eventually(lambda: wa.nodes.synced and "a1" in wa.nodes.items, timeout=30)
         await fleet.refresh()
         assert fleet.workers["worker-a"] is wa  # same Secret: same client, no reconnect
         # the Secret is rotated: reconnect
@@ -55,7 +45,7 @@ async def test_workers_connect_rotate_and_go(fleet3: Fleet3) -> None:
         assert fleet.workers["worker-a"] is not wa
         # the MultiKueueCluster is deleted: the worker is dropped
         fleet3.manager.delete(KUEUE, "MultiKueueCluster", "worker-b")
-        await fleet3.wait_for(lambda: "worker-b" not in fleet.clusters.items)
+        await eventually(lambda: "worker-b" not in fleet.clusters.items, timeout=30)
         await fleet.refresh()
         assert set(fleet.workers) == {"worker-a"}
     finally:
@@ -91,12 +81,12 @@ async def test_bad_worker_credentials_are_counted_once_and_skipped(fleet3: Fleet
     fleet, rep, api = await synced_fleet(fleet3)
     try:
         if breakage == "profile":
-            await fleet3.wait_for(lambda: fleet.clusters.items["worker-a"].secret is None)
+            await eventually(lambda: fleet.clusters.items["worker-a"].secret is None, timeout=30)
         await fleet.refresh()
         await fleet.refresh()
         assert "worker-a" not in fleet.workers and "worker-b" in fleet.workers
         assert fleet.errors["worker-a"].startswith(kind)
-        assert rep.errors[("fleet/worker-a", kind)] == 1  # once per failure streak
+        assert rep.errors.count(("fleet/worker-a", kind)) == 1  # once per failure streak
         assert next(s for s in fleet.status() if s.name == "worker-a").connected is False
     finally:
         await fleet.stop()
@@ -124,9 +114,9 @@ async def test_fleet_metrics_and_restart_keeps_nominations(fleet3: Fleet3) -> No
     fleet3.unhealthy["worker-b"] = {"b1": 2}
     fleet3.manager.create(mk_workload("train", gpus_per_pod=4))
     async with fleet3.running() as c:
-        await fleet3.wait_for(lambda: fleet3.nominated("train") == ["worker-b", "worker-a"])
+        await eventually(lambda: fleet3.nominated("train") == ["worker-b", "worker-a"], timeout=30)
         (d,) = [r for r in c.reconcilers if isinstance(r, DispatchReconciler)]
-        await fleet3.wait_for(lambda: d.published.gpus.get(("worker-b", "a100", "promised")) == 4)
+        await eventually(lambda: d.published.gpus.get(("worker-b", "a100", "promised")) == 4, timeout=30)
         text = generate_latest(c.registry).decode()
         assert 'queuepilot_worker_cluster_gpus{cluster="worker-b",flavor="a100",state="unhealthy"} 2.0' in text
         assert 'queuepilot_worker_cluster_largest_free_block_gpus{cluster="worker-b",flavor="a100"} 2.0' in text
@@ -136,7 +126,7 @@ async def test_fleet_metrics_and_restart_keeps_nominations(fleet3: Fleet3) -> No
     rv = fleet3.manager.get(KUEUE, "Workload", "train", "team-a")["metadata"]["resourceVersion"]
     async with fleet3.running() as c:  # a new leader: the nomination stands, nothing rewritten
         (d,) = [r for r in c.reconcilers if isinstance(r, DispatchReconciler)]
-        await fleet3.wait_for(lambda: "team-a/train" in d.ledgers.get("worker-b", _EMPTY).reservations)
+        await eventually(lambda: "team-a/train" in d.ledgers.get("worker-b", _EMPTY).reservations, timeout=30)
         wl = fleet3.manager.get(KUEUE, "Workload", "train", "team-a")
         assert wl["metadata"]["resourceVersion"] == rv
         assert "team-a/train" in d.ledgers["worker-a"].reservations

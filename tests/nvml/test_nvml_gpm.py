@@ -15,9 +15,9 @@ from exporter.podresources.client import PodResourcesClient
 from exporter.sources.base import SourceError
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_gpm import GPM_FIELDS
-from tests.exporter.conftest import FakeKubelet, KubeletServer, pod
 from tests.exporter.expo import series
-from tests.nvml.conftest import FakeNvml
+from tests.exporter.kubelet import FakeKubelet, KubeletServer, pod
+from tests.nvml.fake_library import FakeNvml
 
 GiB = 1 << 30
 MiB = float(1 << 20)

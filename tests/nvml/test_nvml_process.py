@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from exporter.sources.nvml import LIBRARY_MISSING
-from tests.nvml.conftest import FakeLibs
+from tests.nvml.fake_library import FakeLibs
 
 START_AND_COLLECT = """
 import asyncio, json, sys

@@ -14,7 +14,7 @@ from exporter.agent import Agent
 from exporter.collector import ExporterCollector
 from exporter.health import GPU_LOST, RECOVERY_ACTION, ROW_REMAP_FAILURE
 from exporter.sources.nvml import NvmlSource
-from tests.nvml.conftest import FakeNvml
+from tests.nvml.fake_library import FakeNvml
 
 
 def agent_for(source: NvmlSource) -> Agent:

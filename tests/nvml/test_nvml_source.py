@@ -14,7 +14,7 @@ from exporter.metrics import DCGM_FAMILIES
 from exporter.sample import FleetSample
 from exporter.sources.base import SourceError, SourceUnavailable
 from exporter.sources.nvml import DRIVER_NOT_LOADED, NvmlSource
-from tests.nvml.conftest import FakeNvml, reset_pynvml
+from tests.nvml.fake_library import FakeNvml, reset_pynvml
 
 MiB = 1 << 20
 GiB = 1 << 30

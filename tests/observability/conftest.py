@@ -5,20 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.observability import history
-from tests.support.paths import REPO
+from tests.observability.files import DASHBOARD_DIR, RULE_FILE
 from tests.support.prometheus import Prometheus, promtool, run_prometheus
-
-DASHBOARD_DIR = REPO / "dashboards" / "generated"
-RULE_FILE = REPO / "alerts" / "generated" / "queuepilot-rules.yaml"
-ALERT_TESTS_DIR = REPO / "alerts" / "tests"
-RUNBOOKS = REPO / "docs" / "runbooks.md"
-AM_EXAMPLE = REPO / "alerts" / "alertmanager-example.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -54,17 +47,3 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory, history_end: float) -> 
     assert result.returncode == 0, result.stderr
     with run_prometheus(work, data_dir=data) as prom:
         yield prom
-
-
-def panels(dashboard: dict) -> list[dict]:
-    """Every panel, rows' nested panels included."""
-    out = []
-    for p in dashboard["panels"]:
-        out.append(p)
-        out.extend(p.get("panels", []))
-    return out
-
-
-def write_text(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path

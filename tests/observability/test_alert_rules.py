@@ -13,7 +13,7 @@ import yaml
 from alerts.cli import main as alerts_main
 from alerts.config import AlertConfig, ConfigError
 from alerts.rules import SEVERITIES, alerts
-from tests.observability.conftest import ALERT_TESTS_DIR, AM_EXAMPLE, RULE_FILE, RUNBOOKS
+from tests.observability.files import ALERT_TESTS_DIR, AM_EXAMPLE, RULE_FILE, RUNBOOKS
 from tests.support.prometheus import promtool, require
 
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")

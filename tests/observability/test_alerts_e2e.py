@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,9 @@ from alerts.config import AlertConfig
 from exporter.health import HealthConfig
 from exporter.server import ExporterApp
 from exporter.sources.sim import SimSource
-from tests.observability.conftest import AM_EXAMPLE
-from tests.support.ports import free_port
+from tests.observability.files import AM_EXAMPLE
+from tests.support.eventually import eventually
+from tests.support.http import serve
 from tests.support.prometheus import Alertmanager, Prometheus, run_alertmanager, run_prometheus
 
 pytestmark = pytest.mark.e2e
@@ -44,8 +44,7 @@ class Webhook:
 
 @asynccontextmanager
 async def webhook_server() -> AsyncIterator[Webhook]:
-    port = free_port()
-    hook = Webhook(url=f"http://127.0.0.1:{port}")
+    hook = Webhook(url="")
 
     async def receive(request: web.Request) -> web.Response:
         body = await request.json()
@@ -56,13 +55,8 @@ async def webhook_server() -> AsyncIterator[Webhook]:
 
     app = web.Application()
     app.router.add_post("/{receiver}", receive)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
+    async with serve(app) as hook.url:
         yield hook
-    finally:
-        await runner.cleanup()
 
 
 def alertmanager_config(hook: Webhook) -> dict:
@@ -73,16 +67,6 @@ def alertmanager_config(hook: Webhook) -> dict:
             webhook["url"] = f"{hook.url}/{receiver['name']}"
     config["route"] |= {"group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"}
     return config
-
-
-async def eventually(check: Callable[[], object], within: float, what: str) -> object:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        result = await asyncio.to_thread(check)
-        if result:
-            return result
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"timed out after {within}s waiting for {what}")
 
 
 @dataclass
@@ -108,9 +92,7 @@ async def stack(tmp_path: Path, settings: list[str], xid_window: float) -> Async
         with run_alertmanager(tmp_path / "am", alertmanager_config(hook)) as am, run_prometheus(
             tmp_path / "prom", targets=[f"127.0.0.1:{exporter.port}"], rule_files=[rules], alertmanager=am.address,
         ) as prom:
-            await eventually(
-                lambda: prom.query('queuepilot_gpu_healthy{reason=""} == 1'), 20, "the exporter's first scrape",
-            )
+            await eventually(lambda: prom.query('queuepilot_gpu_healthy{reason=""} == 1'), "the exporter's first scrape", timeout=20, interval=0.25, in_thread=True)
             yield Stack(source, exporter, prom, am, hook)
 
 
@@ -127,8 +109,8 @@ async def test_gpu_faults_page_and_resolve(tmp_path):
         source.inject_xid(0, 79)
         source.set_lost(1, True)
 
-        await eventually(lambda: hook.alerts("GPUFatalXid", "firing"), 30, "GPUFatalXid at the webhook")
-        await eventually(lambda: hook.alerts("GPULost", "firing"), 30, "GPULost at the webhook")
+        await eventually(lambda: hook.alerts("GPUFatalXid", "firing"), "GPUFatalXid at the webhook", timeout=30, interval=0.25, in_thread=True)
+        await eventually(lambda: hook.alerts("GPULost", "firing"), "GPULost at the webhook", timeout=30, interval=0.25, in_thread=True)
         receiver, fatal = hook.alerts("GPUFatalXid", "firing")[0]
         assert receiver == "platform-pager"  # critical -> the pager route of the example
         uuid0 = source.uuids[0]
@@ -149,8 +131,8 @@ async def test_gpu_faults_page_and_resolve(tmp_path):
         }
 
         source.set_lost(1, False)  # the GPU is back; the XID ages out of the exporter's 4 s window
-        await eventually(lambda: hook.alerts("GPULost", "resolved"), 30, "GPULost resolved")
-        await eventually(lambda: hook.alerts("GPUFatalXid", "resolved"), 30, "GPUFatalXid resolved")
+        await eventually(lambda: hook.alerts("GPULost", "resolved"), "GPULost resolved", timeout=30, interval=0.25, in_thread=True)
+        await eventually(lambda: hook.alerts("GPUFatalXid", "resolved"), "GPUFatalXid resolved", timeout=30, interval=0.25, in_thread=True)
         _, resolved = hook.alerts("GPUFatalXid", "resolved")[0]
         assert resolved["labels"] == fatal["labels"]
         assert resolved["endsAt"] > resolved["startsAt"]
@@ -163,7 +145,7 @@ async def test_node_level_alert_inhibits_per_gpu_alerts(tmp_path):
         source, am, hook = s.source, s.am, s.hook
         source.inject_xid(0, 79)
         source.set_lost(1, True)
-        await eventually(lambda: hook.alerts("GPUNodeUnhealthy", "firing"), 30, "GPUNodeUnhealthy at the webhook")
+        await eventually(lambda: hook.alerts("GPUNodeUnhealthy", "firing"), "GPUNodeUnhealthy at the webhook", timeout=30, interval=0.25, in_thread=True)
         receiver, node_alert = hook.alerts("GPUNodeUnhealthy", "firing")[0]
         assert receiver == "platform-pager"
         assert node_alert["labels"]["Hostname"] == NODE
@@ -175,7 +157,7 @@ async def test_node_level_alert_inhibits_per_gpu_alerts(tmp_path):
                 if a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]
             }
 
-        await eventually(lambda: {"GPUFatalXid", "GPULost"} <= suppressed(), 30, "per-GPU alerts inhibited")
+        await eventually(lambda: {"GPUFatalXid", "GPULost"} <= suppressed(), "per-GPU alerts inhibited", timeout=30, interval=0.25, in_thread=True)
         await asyncio.sleep(2.5)  # longer than group_wait + group_interval: an uninhibited alert would be sent
         assert not hook.alerts("GPUFatalXid", "firing") and not hook.alerts("GPULost", "firing")
 
@@ -185,9 +167,9 @@ async def test_exporter_down_names_its_node(tmp_path):
     from the exporter's last hour of queuepilot_exporter_gpus."""
     async with stack(tmp_path, ["for.QueuePilotExporterDown=1s"], xid_window=600) as s:
         prom, hook = s.prom, s.hook
-        await eventually(lambda: prom.query("queuepilot_exporter_gpus"), 20, "exporter self-metrics scraped")
+        await eventually(lambda: prom.query("queuepilot_exporter_gpus"), "exporter self-metrics scraped", timeout=20, interval=0.25, in_thread=True)
         await s.exporter.stop()
-        await eventually(lambda: hook.alerts("QueuePilotExporterDown", "firing"), 30, "QueuePilotExporterDown")
+        await eventually(lambda: hook.alerts("QueuePilotExporterDown", "firing"), "QueuePilotExporterDown", timeout=30, interval=0.25, in_thread=True)
         receiver, down = hook.alerts("QueuePilotExporterDown", "firing")[0]
         assert receiver == "platform-queue"  # a warning without a team label
         assert (down["labels"]["Hostname"], down["labels"]["job"]) == (NODE, "queuepilot")

@@ -12,7 +12,7 @@ import pytest
 
 from dashboards import economics, fleet, gpu_fleet, queuepilot_self, queues, ray_clusters
 from dashboards.cli import DASHBOARDS
-from tests.observability.conftest import DASHBOARD_DIR, panels
+from tests.observability.files import DASHBOARD_DIR, panels
 from tests.support.prometheus import Prometheus
 
 DS = {"type": "prometheus", "uid": "${datasource}"}

@@ -6,7 +6,7 @@ import filecmp
 import subprocess
 import sys
 
-from tests.observability.conftest import DASHBOARD_DIR, RULE_FILE
+from tests.observability.files import DASHBOARD_DIR, RULE_FILE
 from tests.support.paths import REPO
 
 

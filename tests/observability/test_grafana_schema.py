@@ -18,7 +18,7 @@ from grafanalib._gen import DashboardEncoder
 from dashboards.cli import DASHBOARDS
 from dashboards.common import DS, dashboard, render
 from dashboards.modernize import DEPRECATED_PANEL_TYPES, TARGET_SCHEMA_VERSION, modernize
-from tests.observability.conftest import DASHBOARD_DIR
+from tests.observability.files import DASHBOARD_DIR
 
 # keys of Grafana's dashboard kind (schema 39+) that a dashboard may carry at the top level
 DASHBOARD_KEYS = {

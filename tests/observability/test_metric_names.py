@@ -9,7 +9,7 @@ import pytest
 from alerts import economics
 from autoscaler import metrics as controller_catalog
 from exporter import metrics as exporter_catalog
-from tests.observability.conftest import panels
+from tests.observability.files import panels
 from tests.observability.known_external_metrics import KNOWN_EXTERNAL
 from tests.observability.promql_names import metric_names
 

@@ -35,6 +35,7 @@ import aiohttp
 import pytest
 
 from autoscaler.signals.ray_demand import RayDashboardClient, RaySignalError, RayStatus
+from tests.support.eventually import eventually_sync
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -134,18 +135,15 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
 
 
 def _wait_http(url: str, token: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def answers() -> bool:
         try:
             req = urllib.request.Request(url, headers={"authorization": f"Bearer {token}"})
             with urllib.request.urlopen(req, timeout=2) as resp:
-                if resp.status == 200:
-                    return
+                return resp.status == 200
         except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not answer within {timeout} s")
-        time.sleep(0.3)
+            return False
+
+    eventually_sync(answers, f"{url} to answer 200", timeout=timeout, interval=0.3)
 
 
 @pytest.fixture(scope="module")

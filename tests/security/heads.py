@@ -4,6 +4,7 @@ v2 fixtures) and record every request with its Authorization header; a DNS resol
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import ssl
@@ -15,6 +16,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestServer
 
+from tests.support import objects as o
 from tests.support.ports import free_port
 
 V2_PARTS = {
@@ -103,8 +105,6 @@ def _result(hostname: str, port: int) -> ResolveResult:
 
 
 def secret(name: str, namespace: str, token: str | None, key: str = "token") -> dict[str, Any]:
-    import base64
-
+    """The Secret that holds a Ray token under ``key`` (none at all: ``token=None``)."""
     data = {key: base64.b64encode(token.encode()).decode()} if token is not None else {}
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
-            "type": "Opaque", "data": data}
+    return o.secret(name, namespace, data, type_="Opaque")

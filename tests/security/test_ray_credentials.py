@@ -17,23 +17,10 @@ from autoscaler.cluster.secrets import SecretTokens
 from autoscaler.cluster.views import ray_cluster_view
 from autoscaler.signals.ray import RayHeadClient, RaySignals
 from autoscaler.signals.ray_demand import RayDashboardClient
-from tests.controller import objects as o
 from tests.security.heads import RecordingHead, ServiceResolver, secret
-
-OPT_IN = {"queuepilot.io/autoscale": "true"}
-SECRET_ANN = "queuepilot.io/ray-token-secret"
-
-
-class Reporter:
-    def __init__(self) -> None:
-        self.errors: list[tuple[str, str]] = []
-        self.restarts: list[str] = []
-
-    def watch_restarted(self, resource: str) -> None:
-        self.restarts.append(resource)
-
-    def source_error(self, source: str, kind: str) -> None:
-        self.errors.append((source, kind))
+from tests.support import objects as o
+from tests.support.objects import OPT_IN, RAY_TOKEN_SECRET
+from tests.support.reporters import RecordingReporter
 
 
 def tenant_cluster(name: str, namespace: str, trap: RecordingHead, annotations: dict[str, str]) -> dict[str, Any]:
@@ -43,9 +30,9 @@ def tenant_cluster(name: str, namespace: str, trap: RecordingHead, annotations: 
     return rc
 
 
-async def targets_from_the_api(kube_client) -> tuple[dict[str, Any], Reporter]:
+async def targets_from_the_api(kube_client) -> tuple[dict[str, Any], RecordingReporter]:
     """The controller's own path: list RayClusters into a watch cache, take each view's dashboard target."""
-    reporter = Reporter()
+    reporter = RecordingReporter()
     cache: WatchCache[Any] = WatchCache(kube_client, RAY_CLUSTERS, ray_cluster_view, reporter)
     await cache.relist()
     return {k: v.dashboard for k, v in cache.items.items()}, reporter
@@ -53,7 +40,7 @@ async def targets_from_the_api(kube_client) -> tuple[dict[str, Any], Reporter]:
 
 def namespaces(fake_api, *names: str) -> None:
     for n in names:
-        fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})
+        fake_api.create(o.namespace(n))
 
 
 async def test_tokens_go_only_to_opted_in_heads_each_with_its_own_namespace_token(
@@ -68,10 +55,10 @@ async def test_tokens_go_only_to_opted_in_heads_each_with_its_own_namespace_toke
     resolver.add("rc-b-head-svc.team-b.svc", head_b.port)
     resolver.add("rc-c-head-svc.team-b.svc", head_c.port)
     resolver.add("rc-idle-head-svc.team-b.svc", trap.port)  # even its real Service: never asked
-    fake_api.create(tenant_cluster("rc-a", "team-a", trap, {**OPT_IN, SECRET_ANN: "ray-token"}))
-    fake_api.create(tenant_cluster("rc-b", "team-b", trap, {**OPT_IN, SECRET_ANN: "ray-token"}))
+    fake_api.create(tenant_cluster("rc-a", "team-a", trap, {**OPT_IN, RAY_TOKEN_SECRET: "ray-token"}))
+    fake_api.create(tenant_cluster("rc-b", "team-b", trap, {**OPT_IN, RAY_TOKEN_SECRET: "ray-token"}))
     fake_api.create(tenant_cluster("rc-c", "team-b", trap, OPT_IN))  # opted in, names no Secret
-    fake_api.create(tenant_cluster("rc-idle", "team-b", trap, {SECRET_ANN: "ray-token"}))  # not opted in
+    fake_api.create(tenant_cluster("rc-idle", "team-b", trap, {RAY_TOKEN_SECRET: "ray-token"}))  # not opted in
 
     targets, _ = await targets_from_the_api(kube_client)
     assert targets["team-b/rc-idle"] is None
@@ -102,7 +89,7 @@ async def test_shared_token_is_single_tenant_only_and_never_reaches_other_cluste
     resolver.add("rc-a-head-svc.team-a.svc", head_a.port)
     resolver.add("rc-b-head-svc.team-b.svc", head_b.port)
     fake_api.create(tenant_cluster("rc-a", "team-a", trap, OPT_IN))
-    fake_api.create(tenant_cluster("rc-b", "team-b", trap, {**OPT_IN, SECRET_ANN: "ray-token"}))
+    fake_api.create(tenant_cluster("rc-b", "team-b", trap, {**OPT_IN, RAY_TOKEN_SECRET: "ray-token"}))
     fake_api.create(tenant_cluster("rc-x", "team-b", trap, {}))
 
     targets, _ = await targets_from_the_api(kube_client)
@@ -122,8 +109,8 @@ async def test_a_secret_that_cannot_be_read_means_no_request_at_all(
     resolver.add("rc-a-head-svc.team-a.svc", head.port)
     resolver.add("rc-m-head-svc.team-a.svc", head.port)
     fake_api.create(secret("ray-token", "team-a", "token-of-team-a"))
-    fake_api.create(o.ray_cluster("rc-a", "team-a", annotations={**OPT_IN, SECRET_ANN: "ray-token"}))
-    fake_api.create(o.ray_cluster("rc-m", "team-a", annotations={**OPT_IN, SECRET_ANN: "no-such-secret"}))
+    fake_api.create(o.ray_cluster("rc-a", "team-a", annotations={**OPT_IN, RAY_TOKEN_SECRET: "ray-token"}))
+    fake_api.create(o.ray_cluster("rc-m", "team-a", annotations={**OPT_IN, RAY_TOKEN_SECRET: "no-such-secret"}))
     targets, _ = await targets_from_the_api(kube_client)
 
     tokens = SecretTokens(kube_client)
@@ -149,7 +136,7 @@ def test_a_secret_name_cannot_leave_the_namespace(value):
     from autoscaler.cluster.views import MalformedObject
 
     with pytest.raises(MalformedObject, match="ray-token-secret"):
-        ray_cluster_view(o.ray_cluster("rc", "team-a", annotations={**OPT_IN, SECRET_ANN: value}))
+        ray_cluster_view(o.ray_cluster("rc", "team-a", annotations={**OPT_IN, RAY_TOKEN_SECRET: value}))
 
 
 async def test_a_head_that_redirects_does_not_pass_the_token_on(
@@ -160,7 +147,7 @@ async def test_a_head_that_redirects_does_not_pass_the_token_on(
     trap = await heads()
     head = await heads(redirect_to=f"http://127.0.0.1:{trap.port}")
     resolver.add("rc-a-head-svc.team-a.svc", head.port)
-    fake_api.create(o.ray_cluster("rc-a", "team-a", annotations={**OPT_IN, SECRET_ANN: "ray-token"}))
+    fake_api.create(o.ray_cluster("rc-a", "team-a", annotations={**OPT_IN, RAY_TOKEN_SECRET: "ray-token"}))
     targets, _ = await targets_from_the_api(kube_client)
     kinds: list[str] = []
     client = RayHeadClient(RayDashboardClient(session), read_secret=SecretTokens(kube_client).token)

@@ -13,16 +13,17 @@ from autoscaler.cluster.secrets import SecretTokens
 from autoscaler.cluster.views import ray_cluster_view
 from autoscaler.signals.ray import RayHeadClient, RaySignals
 from autoscaler.signals.ray_demand import RayDashboardClient
-from tests.controller import objects as o
 from tests.security.heads import ServiceResolver, secret
-from tests.security.test_ray_credentials import OPT_IN, SECRET_ANN, Reporter
 from tests.security.tls import make_ca_and_server
+from tests.support import objects as o
+from tests.support.objects import OPT_IN, RAY_TOKEN_SECRET
+from tests.support.reporters import RecordingReporter
 
-HTTPS = {**OPT_IN, SECRET_ANN: "ray-token", "queuepilot.io/ray-dashboard-scheme": "https"}
+HTTPS = {**OPT_IN, RAY_TOKEN_SECRET: "ray-token", "queuepilot.io/ray-dashboard-scheme": "https"}
 
 
 async def _setup(fake_api, kube_client, heads, resolver: ServiceResolver, tmp_path: Path, cert_name: str):
-    fake_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    fake_api.create(o.namespace("team-a"))
     fake_api.create(secret("ray-token", "team-a", "token-of-team-a"))
     fake_api.create(o.ray_cluster("rc-tls", "team-a", annotations=HTTPS))
     ca, server_ctx = make_ca_and_server(tmp_path, cert_name)
@@ -30,7 +31,7 @@ async def _setup(fake_api, kube_client, heads, resolver: ServiceResolver, tmp_pa
     await head.close()
     await head.start(ssl_context=server_ctx)
     resolver.add("rc-tls-head-svc.team-a.svc", head.port)
-    cache = WatchCache(kube_client, RAY_CLUSTERS, ray_cluster_view, Reporter())
+    cache = WatchCache(kube_client, RAY_CLUSTERS, ray_cluster_view, RecordingReporter())
     await cache.relist()
     targets = {k: v.dashboard for k, v in cache.items.items()}
     assert targets["team-a/rc-tls"].base_url.startswith("https://rc-tls-head-svc.team-a.svc:")

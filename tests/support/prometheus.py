@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -19,7 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.eventually import eventually_sync
 from tests.support.ports import free_port
+from tests.support.processes import stop
 
 
 def require(binary: str) -> str:
@@ -29,19 +30,25 @@ def require(binary: str) -> str:
     return path
 
 
-def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited early with {proc.returncode}: {url}")
+@contextmanager
+def _serving(argv: list[str], log_path: Path, ready_url: str) -> Iterator[subprocess.Popen]:
+    """``argv`` started with its output in ``log_path``, once ``ready_url`` answers 200; stopped after."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"not ready: {url}")
+            def ready() -> bool:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"process exited early with {proc.returncode}: {ready_url}")
+                try:
+                    with urllib.request.urlopen(ready_url, timeout=1) as r:
+                        return r.status == 200
+                except OSError:
+                    return False
+
+            eventually_sync(ready, f"{ready_url} to answer 200", timeout=20.0)
+            yield proc
+        finally:
+            stop(proc)
 
 
 @dataclass
@@ -69,14 +76,18 @@ class Prometheus:
         return body["data"]["result"]
 
     def wait_for(self, expr: str, timeout: float = 30.0, predicate=lambda result: bool(result)) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        result: list[dict] = []
-        while time.monotonic() < deadline:
-            result = self.query(expr)
-            if predicate(result):
-                return result
-            time.sleep(0.25)
-        raise TimeoutError(f"no result for {expr!r} within {timeout}s (last: {result})")
+        """Query ``expr`` until ``predicate`` holds for its result; that result."""
+        answers: list[list[dict]] = []
+
+        def holds() -> bool:
+            answers.append(self.query(expr))
+            return predicate(answers[-1])
+
+        try:
+            eventually_sync(holds, f"a result of {expr!r}", timeout=timeout, interval=0.25)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its last result: {answers[-1]}") from None
+        return answers[-1]
 
     def get(self, path: str) -> dict:
         with urllib.request.urlopen(f"{self.url}{path}", timeout=10) as r:
@@ -111,31 +122,18 @@ def run_prometheus(
     cfg = workdir / "prometheus.yml"
     cfg.write_text(yaml.safe_dump(config))
     data = data_dir or (workdir / "prom-data")
-    log = open(workdir / "prometheus.log", "wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            f"--web.external-url=http://127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-            "--storage.tsdb.retention.time=30d",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    argv = [
+        binary,
+        f"--config.file={cfg}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--web.external-url=http://127.0.0.1:{port}",
+        "--web.enable-lifecycle",
+        "--storage.tsdb.retention.time=30d",
+    ]
     url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(f"{url}/-/ready", proc)
+    with _serving(argv, workdir / "prometheus.log", f"{url}/-/ready") as proc:
         yield Prometheus(url=url, data_dir=data, proc=proc)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @dataclass
@@ -152,29 +150,16 @@ def run_alertmanager(workdir: Path, config: dict) -> Iterator[Alertmanager]:
     port = free_port()
     cfg = workdir / "alertmanager.yml"
     cfg.write_text(yaml.safe_dump(config))
-    log = open(workdir / "alertmanager.log", "wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.path={workdir / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    argv = [
+        binary,
+        f"--config.file={cfg}",
+        f"--storage.path={workdir / 'am-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
     url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(f"{url}/-/ready", proc)
+    with _serving(argv, workdir / "alertmanager.log", f"{url}/-/ready") as proc:
         yield Alertmanager(url=url, address=f"127.0.0.1:{port}", proc=proc)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -13,17 +13,18 @@ import pytest
 from exporter.sample import PodRef
 from tests.decisions import kube_world as kw
 from tests.fakeapi.server import FakeApiServer
-from tests.system.conftest import (
+from tests.support.eventually import eventually
+from tests.system.stack import (
     FLAVOR,
     NODES,
     OTHER_CHECK,
+    STACK_TIMEOUT,
     ControllerProcess,
     check_entries,
     cluster_objects,
     conditions,
     controller,
     counted,
-    eventually,
     exporter_job,
     finish,
     fleet,
@@ -46,14 +47,14 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
         tmp_path / "prom", [exporter_job(f.targets)]
     ) as prom, controller(api, prom.url, tmp_path / "ctl") as cp:
         # the exporters' GPUs reach the controller through Prometheus
-        await eventually(lambda: _equals(flavor_gpus(cp, "healthy"), 16.0), "16 healthy h100 GPUs on /metrics")
+        await eventually(lambda: _equals(flavor_gpus(cp, "healthy"), 16.0), "16 healthy h100 GPUs on /metrics", timeout=STACK_TIMEOUT)
         assert await flavor_gpus(cp, "nominal") == 32.0  # two ClusterQueues x 16
 
         # A: 1 pod x 8 GPUs -> Ready, written by SSA next to the other controller's entry
         now = time.time()
         api.create(kw.workload("a", "team-a", "lq-a", created=now))
         reserve(api, "a", "team-a", "cq-a", now)
-        entry = await eventually(lambda: _state(api, "a", "team-a", "Ready"), "A's check Ready")
+        entry = await eventually(lambda: _state(api, "a", "team-a", "Ready"), "A's check Ready", timeout=STACK_TIMEOUT)
         placed = re.fullmatch(r"8 healthy GPUs reserved \(h100: (\S+) 8\)", entry["message"])
         assert placed, entry["message"]
         a_node = placed.group(1)
@@ -71,16 +72,16 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
         for i in range(8):
             f.sources[a_node].set_allocation(i, PodRef("team-a", "a-main-0", "main"))
             f.sources[a_node].set_load(i, 0.9)
-        await eventually(lambda: _equals(flavor_gpus(cp, "free"), 8.0), "8 free GPUs after A's pod runs")
+        await eventually(lambda: _equals(flavor_gpus(cp, "free"), 8.0), "8 free GPUs after A's pod runs", timeout=STACK_TIMEOUT)
 
         # a GPU of the other node fails: XID 79 -> exporter -> Prometheus -> controller
         b_node = next(n for n in NODES if n != a_node)
         f.sources[b_node].inject_xid(3, 79)
         expr = f'queuepilot_gpu_healthy{{hostname="{b_node}",gpu="3"}} == 0'
-        seen = await eventually(lambda: prom.query(expr), "Prometheus sees the failed GPU")
+        seen = await eventually(lambda: prom.query(expr), "Prometheus sees the failed GPU", timeout=STACK_TIMEOUT)
         assert seen[0]["metric"]["reason"] == "FatalXid"
         t_seen = time.time()
-        await eventually(lambda: read_after(cp, t_seen), "a GPU poll after Prometheus had the failure")
+        await eventually(lambda: read_after(cp, t_seen), "a GPU poll after Prometheus had the failure", timeout=STACK_TIMEOUT)
         await eventually(lambda: _equals(flavor_gpus(cp, "unhealthy"), 1.0), "1 unhealthy GPU", timeout=15)
         assert await flavor_gpus(cp, "free") == 7.0
         assert await cp.metric("queuepilot_flavor_largest_free_block_gpus", flavor=FLAVOR) == 7.0
@@ -89,7 +90,7 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
         now = time.time()
         api.create(kw.workload("b", "team-b", "lq-b", created=now))
         reserve(api, "b", "team-b", "cq-b", now)
-        entry = await eventually(lambda: _state(api, "b", "team-b", "Retry"), "B's check Retry")
+        entry = await eventually(lambda: _state(api, "b", "team-b", "Retry"), "B's check Retry", timeout=STACK_TIMEOUT)
         assert entry["message"] == (
             "needs 1 pod x 8 GPUs (main) on flavor h100; largest free healthy blocks: 7 "
             "(7 free, 0 promised, 1 unhealthy); retry in 30s"
@@ -125,7 +126,7 @@ async def test_stale_gpu_signal(fake_api: FakeApiServer, tmp_path: Path, mode: s
     async with fleet() as f, prometheus(tmp_path / "prom", [exporter_job(f.targets)]) as prom, controller(
         api, prom.url, tmp_path / "ctl", *extra
     ) as cp:
-        await eventually(lambda: _equals(flavor_gpus(cp, "healthy"), 16.0), "16 healthy h100 GPUs on /metrics")
+        await eventually(lambda: _equals(flavor_gpus(cp, "healthy"), 16.0), "16 healthy h100 GPUs on /metrics", timeout=STACK_TIMEOUT)
         assert await cp.metric("queuepilot_signal_stale", signal="gpu") == 0.0
 
         await prom.stop()
@@ -138,7 +139,7 @@ async def test_stale_gpu_signal(fake_api: FakeApiServer, tmp_path: Path, mode: s
         api.create(kw.workload("c", "team-a", "lq-a", created=now))
         reserve(api, "c", "team-a", "cq-a", now)
         if mode == "fail-open":
-            entry = await eventually(lambda: _state(api, "c", "team-a", "Ready"), "C's check Ready")
+            entry = await eventually(lambda: _state(api, "c", "team-a", "Ready"), "C's check Ready", timeout=STACK_TIMEOUT)
             assert re.fullmatch(r"GPU signal stale \(last data at \d+\); admitting on quota alone "
                                 r"\(stale_signal_mode=fail-open\)", entry["message"]), entry["message"]
             reason = "ReadyGpuSignalStale"
@@ -147,7 +148,7 @@ async def test_stale_gpu_signal(fake_api: FakeApiServer, tmp_path: Path, mode: s
             assert kw.World(api).kueue_react(time.time()) == [("c", "admitted")]
         else:
             entry = await eventually(
-                lambda: (e := check_entries(api, "c", "team-a")[kw.CHECK])["message"] and e, "C's hold message")
+                lambda: (e := check_entries(api, "c", "team-a")[kw.CHECK])["message"] and e, "C's hold message", timeout=STACK_TIMEOUT)
             assert entry["state"] == "Pending"
             assert "holding until it is fresh (stale_signal_mode=hold)" in entry["message"], entry["message"]
             assert conditions(api, "c", "team-a")["QuotaReserved"] == "True"  # it keeps its quota

@@ -23,17 +23,18 @@ import pytest
 from aiohttp import web
 
 from exporter.sample import PodRef
-from tests.controller import objects as o
 from tests.decisions import kube_world as kw
 from tests.fakeapi.server import FakeApiServer
+from tests.support import objects as o
+from tests.support.eventually import eventually
+from tests.support.http import port_of, serve
 from tests.support.paths import fixtures_dir
-from tests.support.ports import free_port
-from tests.system.conftest import (
+from tests.system.stack import (
     NODES,
+    STACK_TIMEOUT,
     cluster_objects,
     controller,
     counted,
-    eventually,
     exporter_job,
     finish,
     fleet,
@@ -91,14 +92,8 @@ async def ray_head(workers: dict[str, bool]) -> AsyncIterator[tuple[int, list[st
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield port, hits
-    finally:
-        await runner.cleanup()
+    async with serve(app) as url:
+        yield port_of(url), hits
 
 
 async def test_idle_ray_workers_scaled_down_by_name(fake_api: FakeApiServer, tmp_path: Path) -> None:
@@ -124,9 +119,9 @@ async def test_idle_ray_workers_scaled_down_by_name(fake_api: FakeApiServer, tmp
         ) as prom, controller(api, prom.url, tmp_path / "ctl") as cp:
             for pod in (BUSY, *IDLE):
                 await eventually(lambda pod=pod: prom.query(f'queuepilot_gpu_allocated{{pod="{pod}"}} == 1'),
-                                 f"Prometheus attributes {pod}'s GPU")
+                                 f"Prometheus attributes {pod}'s GPU", timeout=STACK_TIMEOUT)
             t_seen = time.time()
-            await eventually(lambda: read_after(cp, t_seen), "a GPU poll after Prometheus had the attribution")
+            await eventually(lambda: read_after(cp, t_seen), "a GPU poll after Prometheus had the attribution", timeout=STACK_TIMEOUT)
             # the controller reads per-worker GPU use through Prometheus (pod attribution)
             await eventually(lambda: _close(cp.metric("queuepilot_raycluster_gpu_utilization_ratio", namespace=NS,
                                                       raycluster=RC, group=GROUP), 0.3),
@@ -160,7 +155,7 @@ async def test_idle_ray_workers_scaled_down_by_name(fake_api: FakeApiServer, tmp
             def emptied() -> bool:
                 g = api.get(kw.RAY, "RayCluster", RC, NS)["spec"]["workerGroupSpecs"][0]
                 return not (g.get("scaleStrategy") or {}).get("workersToDelete")
-            await eventually(emptied, "workersToDelete emptied after the pods went")
+            await eventually(emptied, "workersToDelete emptied after the pods went", timeout=STACK_TIMEOUT)
             assert api.get(kw.RAY, "RayCluster", RC, NS)["spec"]["workerGroupSpecs"][0]["replicas"] == 1
             calls = api.observed_calls()
             assert ("ray.io", "rayclusters", "patch") in calls

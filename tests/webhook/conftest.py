@@ -10,8 +10,7 @@ import pytest
 from autoscaler.webhook.server import cert_paths, start_webhook
 from tests.support.ports import free_port
 from tests.webhook.certs import Pki, make_pki
-
-MAPPING = {"team-a": "team-a-queue", "team-b": "lq-b"}
+from tests.webhook.mapping import MAPPING
 
 
 @pytest.fixture

@@ -35,37 +35,25 @@ from autoscaler.webhook.server import (
     webhook_settings,
 )
 from tests.chart.crd_schema import crd_validator, errors
+from tests.support import objects as o
 from tests.support.ports import free_port
 from tests.webhook.certs import make_ca, make_server_cert, write_pair
-from tests.webhook.conftest import MAPPING
-
-
-def pod_template(gpus: int = 0) -> dict[str, Any]:
-    resources = {"limits": {"cpu": "4", "memory": "16Gi", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}}
-    return {"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.40.0", "resources": resources}]}}
+from tests.webhook.mapping import MAPPING
 
 
 def cluster_spec() -> dict[str, Any]:
-    return {"rayVersion": "2.40.0",
-            "headGroupSpec": {"rayStartParams": {}, "template": pod_template()},
-            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 4,
-                                  "rayStartParams": {}, "template": pod_template(8)}]}
+    return o.ray_cluster_spec([o.ray_group("gpu", 2, 0, 4, gpus=8, image=o.RAY_IMAGE)], ray_version="2.40.0",
+                              image=o.RAY_IMAGE)
 
 
 def raycluster(namespace: str, labels: dict | None = None, annotations: dict | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "rc", "namespace": namespace}
-    if labels is not None:
-        meta["labels"] = labels
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta, "spec": cluster_spec()}
+    """A RayCluster as a client sends it (labels and annotations only where given)."""
+    return {"apiVersion": o.RAY, "kind": "RayCluster",
+            "metadata": o.metadata("rc", namespace, labels=labels, annotations=annotations), "spec": cluster_spec()}
 
 
 def rayjob(namespace: str) -> dict[str, Any]:
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
-            "metadata": {"generateName": "train-", "namespace": namespace, "labels": {"team": "a"}},
-            "spec": {"entrypoint": "python train.py", "shutdownAfterJobFinishes": True,
-                     "rayClusterSpec": cluster_spec()}}
+    return o.ray_job(None, namespace, cluster_spec(), labels={"team": "a"}, generate_name="train-")
 
 
 def review(obj: dict[str, Any], operation: str = "CREATE", uid: str | None = None,

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from exporter.server import ExporterApp
 from exporter.sources.sim import SimSource
 from tests.decisions import kube_world as kw
 from tests.fakeapi.server import FakeApiServer
+from tests.support.eventually import eventually
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.prometheus import Prometheus, run_prometheus
@@ -40,6 +41,8 @@ GPUS_PER_NODE = 8
 OTHER_CHECK = "budget"
 OTHER_CONTROLLER = "example.com/budget"
 TEAMS = (("team-a", "lq-a", "cq-a"), ("team-b", "lq-b", "cq-b"))
+# how long a wait on the stack may take: processes start, Prometheus scrapes every second, the controller polls it
+STACK_TIMEOUT = 45.0
 
 
 def cluster_objects(nodes: Sequence[str] = NODES) -> list[dict[str, Any]]:
@@ -79,21 +82,6 @@ def check_entries(api: FakeApiServer, name: str, ns: str) -> dict[str, dict[str,
 def conditions(api: FakeApiServer, name: str, ns: str) -> dict[str, str]:
     w = api.get(kw.KUEUE, "Workload", name, ns)
     return {c["type"]: c["status"] for c in (w.get("status") or {}).get("conditions", [])}
-
-
-# ------------------------------------------------------------------------------------------ waiting
-async def eventually(check: Callable[[], Any], what: str, timeout: float = 45.0, interval: float = 0.1) -> Any:  # noqa: ASYNC109
-    """Poll ``check`` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 # -------------------------------------------------------------------------------------- the fleet
