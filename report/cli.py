@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autoscaler.core import rightsizing as rs
+from autoscaler.core.policy import rightsizing as rs
 from report import model
 from report.model import Report, dash, utc_minute
 from report.prom import PrometheusClient, ReportError, Series, check_url

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.core import rightsizing as rs
+from autoscaler.core.policy import rightsizing as rs
 from report.prom import Series
 from servicekit.prices import DEFAULT_PRICE_KEY as DEFAULT_PRICE_KEY  # the key the rules use, too
 from servicekit.prices import Prices

@@ -127,7 +127,7 @@ def recommendation_rows(recs: list[Any]) -> list[dict[str, Any]]:
     """The ``recommendations`` of one policy in the --json output: one object per worker group, as the
     ``queuepilot.io/recommendation`` annotation has it, with ``namespace`` and ``raycluster``;
     ``idle_gpu_hours``: the idle GPU-hours the recommendation would have saved over its history."""
-    from autoscaler.core.rightsizing import entry_of
+    from autoscaler.core.policy.rightsizing import entry_of
 
     rows = []
     for r in recs:

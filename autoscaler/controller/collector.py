@@ -18,7 +18,7 @@ from autoscaler import metrics as m
 from autoscaler.cluster.source import CacheStats
 from autoscaler.controller.context import Published
 from autoscaler.controller.pod_info import pod_info
-from autoscaler.core.rightsizing import recommendation_series
+from autoscaler.core.policy.rightsizing import recommendation_series
 from autoscaler.core.snapshot import GPU_RESOURCE, ClusterSnapshot, RayClusterState, WorkerGroupState
 from exporter.metrics import MetricSpec
 

@@ -68,7 +68,7 @@ class Published:
     idle_gpus: dict[GroupKey, int] = field(default_factory=dict)
     reserved_gpus: dict[str, int] = field(default_factory=dict)  # flavor -> GPUs promised by the ledger
     last_decisions: list[str] = field(default_factory=list)  # newest last, human-readable, bounded
-    recommendations: list[Any] = field(default_factory=list)  # autoscaler.core.rightsizing.GroupRecommendation
+    recommendations: list[Any] = field(default_factory=list)  # autoscaler.core.policy.rightsizing.GroupRecommendation
 
     def remember(self, line: str) -> None:
         """Append a human-readable decision line (the demo's view and logs; the newest

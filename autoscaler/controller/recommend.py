@@ -43,7 +43,7 @@ from autoscaler.controller.context import (
 )
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.annotations import RECOMMENDATION_ANNOTATION, annotate_recommendation
-from autoscaler.core.rightsizing import (
+from autoscaler.core.policy.rightsizing import (
     ALREADY_RIGHT_SIZED,
     RECOMMENDED,
     GroupKey,

@@ -14,8 +14,8 @@ import pytest
 from autoscaler.act.guard import BackoffPolicy
 from autoscaler.act.kube_writer import KubeWriter
 from autoscaler.controller.recommend import RecommendationReconciler
+from autoscaler.core.policy.rightsizing import RightsizingPolicy
 from autoscaler.core.reasons import RECOMMENDATION_CHANGED
-from autoscaler.core.rightsizing import RightsizingPolicy
 from tests.decisions import kube_world as k
 
 T0 = 100_000.0

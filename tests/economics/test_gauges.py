@@ -11,7 +11,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from autoscaler import metrics as cm
 from autoscaler.controller.pod_info import LABELS, pod_info
-from autoscaler.core import rightsizing as rs
+from autoscaler.core.policy import rightsizing as rs
 from autoscaler.core.snapshot import NodeState, RayWorker, WorkerGroupState
 from exporter.metrics import MetricSpec
 from tests.economics.snapshots import NOW, gpu, ray_cluster, snapshot

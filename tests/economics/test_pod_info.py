@@ -12,7 +12,7 @@ from autoscaler.controller.pod_info import (
     KueuePod,
     pod_info,
 )
-from autoscaler.core import rightsizing as rs
+from autoscaler.core.policy import rightsizing as rs
 from autoscaler.core.snapshot import (
     QUEUE_NAME_LABEL,
     LocalQueueState,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.core import rightsizing as rs
-from autoscaler.core.rightsizing import (
+from autoscaler.core.policy import rightsizing as rs
+from autoscaler.core.policy.rightsizing import (
     DecayingHistogram,
     GroupKey,
     GroupObservation,
