@@ -71,10 +71,6 @@ class ScaleAction:
 class Scaler(Protocol):
     name: str
 
-    @property
-    def reads_utilization(self) -> bool:
-        """Whether ``decide`` reads a worker's ``util`` (else it may be a stand-in)."""
-
     def decide(self, view: GroupView) -> ScaleAction: ...
 
 
@@ -123,9 +119,6 @@ class HpaScaler:
     name: str = "hpa"
     history: list[tuple[float, int]] = field(default_factory=list)
 
-    @property
-    def reads_utilization(self) -> bool:
-        return True  # the mean of the ready workers' utilization
 
     def decide(self, view: GroupView) -> ScaleAction:
         ready = [w.util for w in view.workers if w.ready]
@@ -163,9 +156,6 @@ class KedaScaler:
     last_active: float | None = None
     history: list[tuple[float, int]] = field(default_factory=list)
 
-    @property
-    def reads_utilization(self) -> bool:
-        return False  # the queue and Ray's busy workers
 
     def decide(self, view: GroupView) -> ScaleAction:
         metric = view.pending_tasks + sum(1 for w in view.workers if w.ray_busy)
@@ -209,9 +199,6 @@ class RayIdleScaler:
     idle_timeout: float = RAY_IDLE_TIMEOUT_S
     name: str = "ray-idle"
 
-    @property
-    def reads_utilization(self) -> bool:
-        return False  # Ray's view: a task or actor on a worker, not its GPU
 
     def decide(self, view: GroupView) -> ScaleAction:
         ready = [w for w in view.workers if w.ready]
@@ -230,9 +217,6 @@ class StaticScaler:
     replicas: int
     name: str = "static"
 
-    @property
-    def reads_utilization(self) -> bool:
-        return False
 
     def decide(self, view: GroupView) -> ScaleAction:
         return ScaleAction(clamp(self.replicas, view.min_replicas, view.max_replicas), reason="static")

@@ -82,17 +82,10 @@ class SimKueue:
         self.pending: list[SimWorkload] = []
         self._sorted = True
         self._reserved: dict[str, SimWorkload] = {}  # every workload a pass reserved, until seen otherwise
-        # bumped whenever a Workload is submitted or moves (``moved``): a snapshot builder handed the same
-        # count as last time may hand out its last Workload map as it is
-        self.workload_moves = 0
-        # bumped whenever a ClusterQueue's usage changes (``reserve``, ``release``; nominal quotas and
-        # borrowing limits are set once): a snapshot builder handed the same count looks at no queue
-        self.usage_moves = 0
 
     def moved(self, w: SimWorkload) -> None:
         """``w`` changed (a new resourceVersion): every change to a Workload goes through here."""
         w.version += 1
-        self.workload_moves += 1
 
     def any_reserved(self) -> bool:
         """Whether some workload holds quota with its check Pending (state ``RESERVED``)."""
@@ -131,17 +124,14 @@ class SimKueue:
     def reserve(self, cq_name: str, flavor: str, gpus: float) -> None:
         q = self.cqs[cq_name]
         q.usage[flavor] = q.usage.get(flavor, 0.0) + gpus
-        self.usage_moves += 1
 
     def release(self, cq_name: str, flavor: str, gpus: float) -> None:
         q = self.cqs[cq_name]
         q.usage[flavor] = q.usage.get(flavor, 0.0) - gpus
-        self.usage_moves += 1
         assert q.usage[flavor] >= -1e-9, f"{cq_name}/{flavor} usage went negative"
 
     # --------------------------------------------------------------------------- queueing
     def submit(self, w: SimWorkload) -> None:
-        self.workload_moves += 1
         self.pending.append(w)
         self._sorted = False
 

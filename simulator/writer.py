@@ -70,13 +70,6 @@ class SimWorkloadRef(Protocol):
     def inactive(self) -> bool: ...
 
 
-class SimRayClusterRef(Protocol):
-    """What the writer reads of a simulated RayCluster (``simulator.ray.SimRayCluster``)."""
-
-    version: int
-    group: str
-
-
 class SimWorld(Protocol):
     """The simulated Kueue / KubeRay the writer acts on (``simulator.engine.Engine``)."""
 
