@@ -167,16 +167,3 @@ def test_one_pass_event_per_time() -> None:
     e.request_pass(20.0)  # ...and it asks again for the one at 20 s, which is still queued
     passes = sorted(ev.t for ev in e.heap if ev.kind == "pass")
     assert passes == [15.0, 20.0]
-
-
-def test_one_pass_event_per_time() -> None:
-    """Requesting a pass for a time that already has one queued adds no second event."""
-    e = _engine("queuepilot", 1.0)
-    e.now = 10.0
-    e.request_pass(20.0)
-    e.request_pass(15.0)  # earlier: queued as well
-    e._pass_at = None  # as after the pass at 15 s ran...
-    e._pass_queued.discard(15.0)
-    e.request_pass(20.0)  # ...and it asks again for the one at 20 s, which is still queued
-    passes = sorted(ev.t for ev in e.heap if ev.kind == "pass")
-    assert passes == [15.0, 20.0]
