@@ -36,9 +36,10 @@ GroupKey = tuple[str, str, str]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-# A snapshot with at least this many Workloads + RayClusters + Nodes is decided in a worker thread
-# (about 5 ms of decision at the smallest; the hop costs ~0.1 ms).  The simulator's clusters are far
-# smaller, so its 86 400 passes a simulated month stay on its loop.  Module-level so tests can move it.
+# A snapshot with at least this many Workloads + RayClusters + Nodes is decided in a worker thread, so
+# that the event loop keeps answering probes and watches while it runs; smaller ones (the simulator's,
+# the demo's) are decided on the loop, where the thread hop would cost more than the decision.
+# Module-level so tests can move it.
 OFFLOAD_MIN_OBJECTS = 5_000
 
 
