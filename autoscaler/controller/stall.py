@@ -92,6 +92,9 @@ class StallReconciler:
             self.writer.post_event(ref, "Warning", R.STALLED_WORKLOAD, s.message, now)
             self.ctx.published.remember(f"{s.key} {R.STALLED_WORKLOAD}: {s.message}")
             log.info("stalled workload %s", s.message)
+        if s.held_new:  # a due deactivation held back by what Ray says: once per reason
+            self.writer.post_event(ref, "Normal", R.STALL_DEACTIVATION_HELD, s.message, now)
+            self.ctx.published.remember(f"{s.key} {R.STALL_DEACTIVATION_HELD}: {s.message}")
         if not s.deactivate:  # reported only, or its deactivation is not due yet (s.deactivate_at)
             return True
         queue = s.cluster_queue

@@ -53,6 +53,7 @@ MALFORMED_ANNOTATION = "MalformedAnnotation"
 # --- stalled workloads -------------------------------------------------------------------------------
 STALLED_WORKLOAD = "StalledWorkload"
 STALLED_WORKLOAD_DEACTIVATED = "StalledWorkloadDeactivated"
+STALL_DEACTIVATION_HELD = "StallDeactivationHeld"
 
 # --- right-sizing recommendations -------------------------------------------------------------------
 RECOMMENDATION_CHANGED = "RecommendationChanged"
@@ -100,6 +101,8 @@ MEANING: dict[str, str] = {
                        "window (hung job, notebook left open, actor holding GPUs)."),
     STALLED_WORKLOAD_DEACTIVATED: ("A stalled workload of an opted-in ClusterQueue or namespace was deactivated "
                                    "(spec.active: false) so that Kueue releases its quota."),
+    STALL_DEACTIVATION_HELD: ("A stalled workload's deactivation was due but held: Ray shows it at work (paused), it "
+                              "serves, or there is no verdict without Ray's view."),
     RECOMMENDATION_CHANGED: ("A worker group's right-sizing recommendation (GPUs per worker, min/max replicas, "
                              "or the idle GPU-hours it would save) changed materially."),
 }
@@ -109,7 +112,7 @@ ADMISSION_REASONS: frozenset[str] = frozenset(
      FLAVOR_HAS_NO_NODES, FLAVOR_NOT_ASSIGNED, POD_LARGER_THAN_NODE, EXCEEDS_FLAVOR_CAPACITY,
      RETRY_LIMIT_EXCEEDED, GPU_SIGNAL_STALE}
 )
-STALL_REASONS: frozenset[str] = frozenset({STALLED_WORKLOAD, STALLED_WORKLOAD_DEACTIVATED})
+STALL_REASONS: frozenset[str] = frozenset({STALLED_WORKLOAD, STALLED_WORKLOAD_DEACTIVATED, STALL_DEACTIVATION_HELD})
 RECOMMENDATION_REASONS: frozenset[str] = frozenset({RECOMMENDATION_CHANGED})
 SCALING_REASONS: frozenset[str] = frozenset(
     set(MEANING) - ADMISSION_REASONS - STALL_REASONS - RECOMMENDATION_REASONS | {GPU_SIGNAL_STALE})

@@ -378,6 +378,31 @@ class RayClusterState:
         return self.annotations.get(AUTOSCALE_ANNOTATION, "").lower() == "true"
 
 
+RAYJOB_FINISHED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+
+@dataclass(frozen=True, slots=True)
+class RayJobState:
+    """A RayJob (``ray.io/v1``) as the controller sees it: its Ray job's status and its cluster."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    job_status: str = ""  # status.jobStatus: "", PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED
+    deployment_status: str = ""  # status.jobDeploymentStatus: Initializing, Running, Complete, Failed, ...
+    cluster_name: str = ""  # status.rayClusterName
+    end_time: float | None = None  # status.endTime: when the Ray job ended
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def finished(self) -> bool:
+        """Its Ray job ended (succeeded, failed or stopped), whatever its cluster still holds."""
+        return self.job_status in RAYJOB_FINISHED_STATUSES
+
+
 # -------------------------------------------------------------------------------------- snapshot
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
@@ -389,6 +414,7 @@ class ClusterSnapshot:
     workloads: Mapping[str, WorkloadState] = field(default_factory=_empty)  # key "ns/name"
     admission_checks: Mapping[str, AdmissionCheckObj] = field(default_factory=_empty)
     ray_clusters: Mapping[str, RayClusterState] = field(default_factory=_empty)  # key "ns/name"
+    ray_jobs: Mapping[str, RayJobState] = field(default_factory=_empty)  # key "ns/name"
     # GPU signal freshness (exporter series via Prometheus or scrape) and the others
     signals: Mapping[str, SignalStatus] = field(default_factory=_empty)
 

@@ -25,6 +25,15 @@ early, act late.  Deactivating kills the job's pods, which cannot be undone, and
 idle stretches inside their run (evaluation, checkpointing, input stalls); a stall that ends before
 the delay is never deactivated.  Until then the result names when the deactivation is due
 (``StalledWorkload.deactivate_at``).
+
+What Ray says decides whether a due deactivation goes ahead (``ray_evidence``): a workload that Ray
+shows at work (tasks running or waiting on its cluster: a checkpoint, an evaluation, data, a
+dependency) is paused, not stalled; one whose Ray job ended, or on whose cluster nothing has run or
+waited for ``ray_quiet_seconds``, goes; a serving workload (RayService) never goes unless
+``deactivate_serving``; a Ray workload whose Ray signal is missing or stale is held
+(``without_ray_signal: hold``) or judged by its GPUs alone (``deactivate``); a workload that runs on no
+RayCluster is judged by its GPUs alone.  A held deactivation is reported once per reason
+(``StalledWorkload.held``); every report names the evidence that decided.
 """
 
 from __future__ import annotations
@@ -36,6 +45,12 @@ from typing import Any
 
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.config import brief_repr, parse_bool, parse_duration, parse_ratio
+from autoscaler.core.policy.ray_evidence import (
+    RAY_ORIGIN_KIND_LABEL,
+    RAY_ORIGIN_NAME_LABEL,
+    Evidence,
+    evidence_of,
+)
 from autoscaler.core.snapshot import ClusterSnapshot, GpuState, NodeState, WorkloadState, frozen_map
 
 __all__ = [
@@ -50,8 +65,6 @@ __all__ = [
     "workload_gpus",
 ]
 
-RAY_ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
-RAY_ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
 MAX_LISTED = 1000  # entries in a deactivate_* list
 MIN_WINDOW_SECONDS = 60.0  # a shorter stall window would call a data-loading pause a stall
 MAX_SECONDS = 30 * 86400.0  # the longest window / deactivation delay
@@ -78,6 +91,10 @@ class StallConfig:
     deactivate_after_seconds: float = DEFAULT_DEACTIVATE_AFTER_SECONDS
     deactivate_cluster_queues: tuple[str, ...] = ()  # opt-in: deactivate stalled workloads of these
     deactivate_namespaces: tuple[str, ...] = ()  # opt-in: and of these namespaces
+    # Ray's evidence: nothing running or waiting on the workload's RayCluster this long before it goes
+    ray_quiet_seconds: float = 1800.0
+    deactivate_serving: bool = False  # RayService workloads are never deactivated unless this is set
+    without_ray_signal: str = "hold"  # a Ray workload without a fresh Ray signal: hold | deactivate
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -94,6 +111,13 @@ class StallConfig:
         if d < w:
             raise ValueError(f"stall.deactivate_after ({format_duration(d)}) must be at least stall.window "
                              f"({format_duration(w)}): a workload is reported stalled before it is deactivated")
+        q = self.ray_quiet_seconds
+        if isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q <= MAX_SECONDS:
+            raise ValueError(f"stall.ray_quiet must be a duration of at most 30 days, got {brief_repr(q)}")
+        if not isinstance(self.deactivate_serving, bool):
+            raise ValueError(f"stall.deactivate_serving must be true or false, not {brief_repr(self.deactivate_serving)}")
+        if self.without_ray_signal not in ("hold", "deactivate"):
+            raise ValueError(f"stall.without_ray_signal must be hold or deactivate, not {brief_repr(self.without_ray_signal)}")
         for name in ("deactivate_cluster_queues", "deactivate_namespaces"):
             items = getattr(self, name)
             if not isinstance(items, tuple) or len(items) > MAX_LISTED or not all(
@@ -128,13 +152,18 @@ def stall_config(settings: Mapping[str, object] | None) -> StallConfig:
     if not isinstance(section, Mapping):
         raise ValueError("config section 'stall' must be a mapping")
     names = {f.name for f in fields(StallConfig)}
-    known = sorted(names - {"window_seconds", "deactivate_after_seconds"} | {"window", "deactivate_after"})
+    known = sorted(names - {"window_seconds", "deactivate_after_seconds", "ray_quiet_seconds"}
+                   | {"window", "deactivate_after", "ray_quiet"})
     changes: dict[str, Any] = {}
     for key, raw in section.items():
         k = str(key).replace("-", "_")
         try:
-            if k == "enabled":
+            if k in ("enabled", "deactivate_serving"):
                 changes[k] = parse_bool(raw)
+            elif k in ("ray_quiet", "ray_quiet_seconds"):
+                changes["ray_quiet_seconds"] = parse_duration(raw)
+            elif k == "without_ray_signal":
+                changes[k] = str(raw).strip().lower()
             elif k == "gpu_utilization":
                 changes[k] = parse_ratio(raw)
             elif k in ("window", "window_seconds"):
@@ -164,6 +193,8 @@ class StallTrack:
     admitted_at: float | None  # the admission this timer belongs to
     reported: bool = False  # the StalledWorkload Event for this stall is due/done
     deactivated: bool = False  # the deactivation for this stall was decided
+    quiet_since: float | None = None  # first seen with Ray reporting nothing running or waiting
+    held: str = ""  # the evidence kind a due deactivation was last held for ("" when not held)
 
     def rollback_deactivation(self) -> StallTrack:
         """The deactivation was not written: decide it again next pass (the writer backs off)."""
@@ -190,6 +221,11 @@ class StalledWorkload:
     # opted in: when the deactivation is (was) due, epoch seconds (the stall's start + deactivate_after);
     # None: not opted in, reported only
     deactivate_at: float | None = None
+    evidence: str = ""  # what Ray said (``ray_evidence``), named in every report
+    evidence_kind: str = "none"
+    # a due deactivation held back by what Ray says ("" when not held); ``held_new``: first pass held so
+    held: str = ""
+    held_new: bool = False
 
     def deactivate_in(self, now: float) -> float | None:
         """Seconds until the deactivation is due (0 when due or past), None when not opted in."""
@@ -312,12 +348,16 @@ def decide_stalls(
     # a candidate no GPU is attributed to is not stalled; one busy or unknown GPU: not stalled (timer reset)
     gpus_of = workload_gpus(snapshot, candidates)
     idle = [(key, gpus_of[key]) for key in sorted(gpus_of) if _count_busy(gpus_of[key], limit) == 0]
+    evidence = evidence_of(snapshot, candidates, (key for key, _ in idle), now)
     tracks: dict[str, StallTrack] = {}
     stalled: list[StalledWorkload] = []
     for key, gpus in idle:
         wl = by_key[key]
+        ev = evidence[key]
         old = history.get(wl.key)
         track = old if old is not None and old.admitted_at == wl.admitted_at else StallTrack(now, wl.admitted_at)
+        quiet_since = (track.quiet_since if track.quiet_since is not None else now) if ev.kind == "quiet" else None
+        track = replace(track, quiet_since=quiet_since)
         stalled_for = now - track.since
         if stalled_for < config.window_seconds:
             tracks[wl.key] = track
@@ -325,31 +365,53 @@ def decide_stalls(
         new = not track.reported
         opted_in = config.deactivates(wl)
         deactivate_at = track.since + config.deactivate_after_seconds if opted_in else None
-        # report at the window, act at the delay: a stall that ends before it is never deactivated
-        deactivate = opted_in and not track.deactivated and stalled_for >= config.deactivate_after_seconds
-        track = StallTrack(track.since, track.admitted_at, True, track.deactivated or deactivate)
-        tracks[wl.key] = track
+        # report at the window, act at the delay (a stall that ends before it is never deactivated), and
+        # only where what Ray says lets it go
+        due = opted_in and not track.deactivated and stalled_for >= config.deactivate_after_seconds
+        why_not = _held_by(ev, quiet_since, config, now) if due else ""
+        deactivate = due and not why_not
+        held_kind = ev.kind if why_not else ""
+        tracks[wl.key] = track = replace(track, reported=True, deactivated=track.deactivated or deactivate,
+                                          held=held_kind)
         source = _sources(gpus)
         use = f"GPU {source}" if source else "GPU utilization"
         top = max(g.utilization or 0.0 for g in gpus)
         owner = f" ({wl.owner_kind} {wl.owner_name})" if wl.owner_kind and wl.owner_name else ""
         msg = (f"workload {wl.key}{owner} in ClusterQueue {wl.cluster_queue or '?'}: all {len(gpus)} GPU(s) under "
                f"{config.gpu_utilization:.0%} {use} (highest {top:.0%}) for {format_duration(stalled_for)}, "
-               f"since {_utc(track.since)} (stall window {format_duration(config.window_seconds)})")
+               f"since {_utc(track.since)} (stall window {format_duration(config.window_seconds)}); {ev.text}")
         if deactivate:
             msg += (f"; every GPU idle for {format_duration(stalled_for)} (stall.deactivate_after "
                     f"{format_duration(config.deactivate_after_seconds)}): deactivating it (spec.active: false) so "
                     "that Kueue releases its quota; set spec.active: true to queue it again")
+        elif why_not:
+            msg += f"; deactivation held: {why_not}"
         elif opted_in and track.deactivated:
             msg += "; deactivation already requested"
         elif deactivate_at is not None:
             msg += (f"; will be deactivated (spec.active: false) at {format_duration(config.deactivate_after_seconds)} "
                     f"idle, at {_utc(deactivate_at)} (in {format_duration(deactivate_at - now)}), unless a GPU "
-                    "gets busy")
+                    "gets busy or Ray shows work")
+        reason = (R.STALLED_WORKLOAD_DEACTIVATED if deactivate else R.STALL_DEACTIVATION_HELD if why_not
+                  else R.STALLED_WORKLOAD)
         stalled.append(StalledWorkload(
             namespace=wl.namespace, name=wl.name, uid=wl.uid, resource_version=wl.resource_version,
             cluster_queue=wl.cluster_queue or "", owner_kind=wl.owner_kind, owner_name=wl.owner_name,
-            gpus=len(gpus), stalled_for=stalled_for, new=new, deactivate=deactivate,
-            reason=R.STALLED_WORKLOAD_DEACTIVATED if deactivate else R.STALLED_WORKLOAD, message=msg[:1024],
-            deactivate_at=deactivate_at))
+            gpus=len(gpus), stalled_for=stalled_for, new=new, deactivate=deactivate, reason=reason,
+            message=msg[:1024], deactivate_at=deactivate_at, evidence=ev.text, evidence_kind=ev.kind,
+            held=why_not, held_new=bool(why_not) and (old is None or old.held != held_kind)))
     return StallResult(tuple(stalled), frozen_map(tracks))
+
+
+def _held_by(ev: Evidence, quiet_since: float | None, config: StallConfig, now: float) -> str:
+    """Why what Ray says holds a due deactivation back ("" when it lets it go)."""
+    if ev.kind == "serving":
+        return "" if config.deactivate_serving else "a serving workload is not deactivated (stall.deactivate_serving)"
+    if ev.kind == "active":
+        return "Ray shows the workload at work"
+    if ev.kind == "unknown":
+        return "" if config.without_ray_signal == "deactivate" else "no verdict without Ray's view (stall.without_ray_signal)"
+    if ev.kind == "quiet" and quiet_since is not None and now - quiet_since < config.ray_quiet_seconds:
+        return (f"Ray quiet for {format_duration(now - quiet_since)} of the {format_duration(config.ray_quiet_seconds)} "
+                "it must be (stall.ray_quiet)")
+    return ""
