@@ -27,9 +27,9 @@ from autoscaler.cluster.views import (
     cluster_queue_view,
     local_queue_view,
     node_view,
-    object_key,
     pod_view,
     ray_cluster_view,
+    ray_job_view,
     resource_flavor_view,
     workload_view,
 )
@@ -39,6 +39,7 @@ from autoscaler.core.snapshot import (
     FlavorState,
     LocalQueueState,
     NodeState,
+    RayJobState,
     WorkloadState,
 )
 
@@ -64,6 +65,7 @@ class ClusterObjects:
     flavors: Mapping[str, FlavorState] = field(default_factory=dict)
     admission_checks: Mapping[str, AdmissionCheckObj] = field(default_factory=dict)
     ray_clusters: Mapping[str, RayClusterView] = field(default_factory=dict)
+    ray_jobs: Mapping[str, RayJobState] = field(default_factory=dict)
     nodes: Mapping[str, NodeState] = field(default_factory=dict)
     pods: Mapping[str, PodView] = field(default_factory=dict)
 
@@ -93,7 +95,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "resourceflavors": resource_flavor_view,
     "admissionchecks": admission_check_view,
     "rayclusters": ray_cluster_view,
-    "rayjobs": object_key,  # only counted; Kueue's Workload carries what we need of a RayJob
+    "rayjobs": ray_job_view,  # its Ray job's status: the stall detector's evidence
     "nodes": node_view,
     "pods": _pod,
     "pods-ray": _pod,
@@ -157,6 +159,7 @@ class WatchSource:
             flavors=c["resourceflavors"].items,
             admission_checks=c["admissionchecks"].items,
             ray_clusters=c["rayclusters"].items,
+            ray_jobs=c["rayjobs"].items if "rayjobs" in c else {},
             nodes=c["nodes"].items,
             pods=pods,
         )

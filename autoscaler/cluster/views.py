@@ -33,6 +33,7 @@ from autoscaler.core.snapshot import (
     NodeState,
     PodSetSpec,
     RayClusterState,
+    RayJobState,
     WorkerGroupState,
     WorkloadState,
 )
@@ -150,6 +151,31 @@ def object_key(obj: Mapping[str, Any]) -> str:
         md = {}
     ns = md.get("namespace")
     return f"{ns}/{md.get('name')}" if ns else str(md.get("name"))
+
+
+_TEXT_MAX = 64  # a RayJob status word (jobStatus, jobDeploymentStatus) longer than this is not one
+
+
+def ray_job_view(obj: Mapping[str, Any]) -> RayJobState:
+    """A RayJob's status as the stall detector reads it (``status`` is the operator's, but a tenant
+    can write it too: every field is bounded, and a value that is not a word is dropped)."""
+    md = _metadata(obj)
+    status = _dict(obj.get("status"), "status")
+
+    def word(key: str) -> str:
+        v = status.get(key)
+        return v if isinstance(v, str) and len(v) <= _TEXT_MAX and v.isalnum() else ""
+
+    cluster = status.get("rayClusterName")
+    return RayJobState(
+        namespace=str(md.get("namespace", "")),
+        name=md["name"],
+        uid=str(md.get("uid", "")),
+        job_status=word("jobStatus").upper(),
+        deployment_status=word("jobDeploymentStatus"),
+        cluster_name=cluster if isinstance(cluster, str) and len(cluster) <= 253 else "",
+        end_time=parse_time(status.get("endTime")),
+    )
 
 
 def _conditions(status: Mapping[str, Any]) -> dict[str, tuple[bool, float | None]]:

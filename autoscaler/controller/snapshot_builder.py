@@ -294,5 +294,6 @@ class SnapshotBuilder:
             workloads=MappingProxyType(workloads),
             admission_checks=MappingProxyType(admission_checks),
             ray_clusters=MappingProxyType(ray_clusters),
+            ray_jobs=MappingProxyType(dict(objects.ray_jobs)),
             signals=MappingProxyType(signals),
         )

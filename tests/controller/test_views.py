@@ -218,3 +218,21 @@ def test_views_do_not_share_mutable_state():
     w = views.workload_view(copy.deepcopy(raw))
     with pytest.raises(TypeError):
         w.pod_sets[0].requests[GPU_RESOURCE] = 1  # type: ignore[index]
+
+
+def test_a_rayjob_view_reads_its_ray_jobs_status_and_drops_what_is_not_a_word():
+    obj = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+           "metadata": {"name": "train", "namespace": "team-a", "uid": "u1"},
+           "status": {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete", "rayClusterName": "train-raycluster-x",
+                      "endTime": "2026-01-01T00:00:00Z"}}
+    v = views.ray_job_view(obj)
+    assert (v.key, v.job_status, v.deployment_status, v.cluster_name, v.finished) == (
+        "team-a/train", "SUCCEEDED", "Complete", "train-raycluster-x", True)
+    assert v.end_time == views.parse_time("2026-01-01T00:00:00Z")
+    # a tenant can write status: anything that is not a short word is no status
+    hostile = copy.deepcopy(obj)
+    hostile["status"].update({"jobStatus": "SUCCEEDED; rm -rf", "jobDeploymentStatus": {"x": 1},
+                              "rayClusterName": "x" * 300})
+    h = views.ray_job_view(hostile)
+    assert (h.job_status, h.deployment_status, h.cluster_name, h.finished) == ("", "", "", False)
+    assert not views.ray_job_view({"metadata": {"name": "new", "namespace": "ns"}}).finished
