@@ -209,6 +209,27 @@ def reading(runs: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{_h(t[50][0])} -> {_h(t[50][1])}, p95 {_h(t[95][0])} -> {_h(t[95][1])}, p99 {_h(t[99][0])} -> "
             f"{_h(t[99][1])}; Ray tasks queued in the window's hours, on average, {b_in['mean_queue']:,.1f} -> "
             f"{inside['mean_queue']:,.1f}.")
+    caps = [r for r in runs if r["share"] is not None and r["kind"] == "max"]
+    if caps:
+        best = max(caps, key=lambda r: b["idle_gpu_hours"] - r["summary"]["idle_gpu_hours"])
+        s = best["summary"]
+        saved = b["idle_gpu_hours"] - s["idle_gpu_hours"]
+        out.append(
+            f"- **Off-peak caps, in sum**: the most any cap here took back is {saved:,.0f} idle GPU-h "
+            f"({saved / b['idle_gpu_hours']:.2%} of the week's idle), at {best['label']}, for a Ray-task wait "
+            f"p95 {_h(b['wait_p95_s_by_class']['ray_task'])} -> {_h(s['wait_p95_s_by_class']['ray_task'])} and p99 "
+            f"{_h(b['wait_p99_s_by_class']['ray_task'])} -> {_h(s['wait_p99_s_by_class']['ray_task'])}."
+            + (" Under 1 % of the idle: on this trace an off-peak cap is a way to hold capacity back from the "
+               "teams, not a saving on top of the idle path." if saved < 0.01 * b["idle_gpu_hours"] else ""))
+    for r in runs:
+        if r["kind"] == "min" and r["share"] is not None:
+            s = r["summary"]
+            out.append(
+                f"- **Warm pool**: {r['label']} held {s['idle_gpu_hours'] - b['idle_gpu_hours']:+,.0f} idle GPU-h, and "
+                f"the RayJobs' wait p95 went {_h(b['wait_p95_s_by_class']['workload'])} -> "
+                f"{_h(s['wait_p95_s_by_class']['workload'])}"
+                + (": GPUs every team keeps warm are GPUs the others' work waits for."
+                   if s["wait_p95_s_by_class"]["workload"] > b["wait_p95_s_by_class"]["workload"] else "."))
     by = {k: b["idle_gpu_hours_by_class"][k] for k in CONTROLLABLE_CLASSES}
     out.append(f"- Without a window the controllable idle is {b['idle_gpu_hours_controllable']:,.0f} GPU-h ("
                + ", ".join(f"{k} {v:,.0f}" for k, v in by.items())
