@@ -43,6 +43,7 @@ from simulator.inputs import (
     positive_factor,
     positive_hours,
 )
+from simulator.schedule_clock import team_schedules
 from simulator.utilization import DEFAULT_MODEL, MODELS
 from simulator.workload import TraceWindow
 
@@ -97,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="queuepilot-reclaim: the most workers reclaimed per RayCluster in any hour (the controller's "
                         f"scaling.reclaim_budget_per_hour, or the queuepilot.io/reclaim-budget annotation; default its "
                         f"{ScalingDefaults().reclaim_budget_per_hour})")
+    p.add_argument("--schedule", default=None, metavar="TEXT",
+                   help="queuepilot policies: time windows for every team's ClusterQueue (scaling."
+                        "cluster_queue_schedules; queuepilot.io/schedule syntax, on the trace's clock, no tz=)")
     p.add_argument("--no-progress", action="store_true", default=False, help="no progress bar")
     return p
 
@@ -178,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                       reclaim_budget_per_hour=args.reclaim_budget)
         window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node,
                              util_model=args.util_model)
+        if args.schedule is not None:
+            cfg = replace(cfg, cluster_queue_schedules=team_schedules(cfg.teams, args.schedule, window.start))
     except (ValueError, FileNotFoundError) as e:
         print(f"queuepilot simulate: {e}", file=sys.stderr)
         return 2

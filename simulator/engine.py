@@ -113,6 +113,9 @@ class SimConfig:
     # queuepilot.io/reclaim-budget annotation (--reclaim-budget; benchmarks/reclaim_budget.py sweeps it)
     reclaim_budget_per_hour: int | None = None
     teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
+    # queuepilot policies: the controller's scaling.cluster_queue_schedules as (ClusterQueue, schedule)
+    # pairs, the schedules on the simulated clock (``simulator.schedule_clock``; --schedule)
+    cluster_queue_schedules: tuple[tuple[str, str], ...] = ()
 
 
 # ------------------------------------------------------------------------------------- policies
@@ -223,6 +226,10 @@ class Engine:
             self.policy.settings = {**self.policy.settings, "stall": stall}
         if self.cfg.reclaim_budget_per_hour is not None and self.policy.reclaims_idle_actors:
             scaling = {**self.policy.settings["scaling"], "reclaim_budget_per_hour": self.cfg.reclaim_budget_per_hour}
+            self.policy.settings = {**self.policy.settings, "scaling": scaling}
+        if self.cfg.cluster_queue_schedules and self.policy.queuepilot_scaling:
+            scaling = {**self.policy.settings.get("scaling", {}),
+                       "cluster_queue_schedules": dict(self.cfg.cluster_queue_schedules)}
             self.policy.settings = {**self.policy.settings, "scaling": scaling}
         # the stall detector may deactivate (every team's ClusterQueue opted in) only under a queuepilot policy
         self.stall_acts = self.cfg.stall_reclaim and self.policy.queuepilot_scaling

@@ -49,6 +49,8 @@ CLUSTER_SUSPENDED = "ClusterSuspended"
 WAITING_FOR_WORKER_DELETION = "WaitingForWorkerDeletion"
 WORKERS_DELETED = "WorkersDeleted"
 MALFORMED_ANNOTATION = "MalformedAnnotation"
+SCHEDULED_MIN_REPLICAS = "ScheduledMinReplicas"
+SCHEDULED_MAX_REPLICAS = "ScheduledMaxReplicas"
 
 # --- stalled workloads -------------------------------------------------------------------------------
 STALLED_WORKLOAD = "StalledWorkload"
@@ -97,6 +99,11 @@ MEANING: dict[str, str] = {
     WAITING_FOR_WORKER_DELETION: "Hold: pods named in workersToDelete still exist; waiting for the operator.",
     WORKERS_DELETED: "Clear workersToDelete: the pods named there are gone.",
     MALFORMED_ANNOTATION: "A queuepilot.io/* annotation could not be parsed; the default is used.",
+    SCHEDULED_MIN_REPLICAS: ("A time window in force (queuepilot.io/schedule or the ClusterQueue's schedule) "
+                             "keeps at least its min workers: raised to it, or idle workers kept."),
+    SCHEDULED_MAX_REPLICAS: ("A time window in force (queuepilot.io/schedule or the ClusterQueue's schedule) "
+                             "allows at most its max workers: a scale-up capped (busy workers are never removed "
+                             "for it; those above it go when idle)."),
     STALLED_WORKLOAD: ("Warning: every GPU of an admitted workload stayed under the stall threshold for the stall "
                        "window (hung job, notebook left open, actor holding GPUs)."),
     STALLED_WORKLOAD_DEACTIVATED: ("A stalled workload of an opted-in ClusterQueue or namespace was deactivated "

@@ -50,6 +50,17 @@ def test_rendered_config_parses_with_the_policy_parsers() -> None:
     settings = _config(render("helm3", ("config.admission.stale_signal_mode=hold", "config.scaling.idle_window=30m")))
     assert admission_config(settings).stale_signal_mode == "hold"
     assert scaling_defaults(settings).idle_window_seconds == 1800
+    # time windows: none by default (safe on a shared cluster); a ClusterQueue's schedule set through the
+    # chart reaches the policy parsed, and a malformed one stops the controller naming the ClusterQueue
+    assert sc.cluster_queue_schedules == {}
+    night = "Mon-Thu 20:00-08:00 max=2 name=night; Fri 20:00-Mon 08:00 max=2 name=weekend; tz=Europe/Berlin"
+    sched = scaling_defaults(_config(render("helm3", (f"config.scaling.cluster_queue_schedules.cq-a={night}",))))
+    (only,) = sched.cluster_queue_schedules.items()
+    assert only[0] == "cq-a" and only[1].zone == "Europe/Berlin"
+    assert [(w.name, w.max_workers) for w in only[1].windows] == [("night", 2), ("weekend", 2)]
+    bad = _config(render("helm3", ("config.scaling.cluster_queue_schedules.cq-a=Mon-Fri 20:00-08:00",)))
+    with pytest.raises(ValueError, match=r"config scaling\.cluster_queue_schedules: cq-a: .*min=N\|max=N"):
+        scaling_defaults(bad)
     settings = _config(render("helm3", ("config.stall.deactivate_cluster_queues={cq-a,cq-b}", "config.stall.window=1h",
                                         "config.stall.deactivate_after=4h")))
     st = stall_config(settings)
@@ -78,7 +89,8 @@ def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> No
               "scaling": {"tolerance": 0.1, "scale_up": "Pods:2:60", "scale_down": "Percent:50:60",
                           "reclaim_idle_actors": True, "reclaim_budget_per_hour": 4, "keep_spare_for_target": True,
                           # at most the idle window (90 s by default)
-                          "pressured_idle_window": "30s", "pressured_idle_window_seconds": 30},
+                          "pressured_idle_window": "30s", "pressured_idle_window_seconds": 30,
+                          "cluster_queue_schedules": {"cq-a": "Sat,Sun 00:00-24:00 max=0"}},
               "stall": {"enabled": False, "deactivate_cluster_queues": ["x"], "deactivate_namespaces": ["x"],
                         # at least the window (30 min by default)
                         "deactivate_after": "3h", "deactivate_after_seconds": 10800}}[section]

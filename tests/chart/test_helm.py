@@ -312,6 +312,9 @@ def test_notes(helm: str) -> None:
         (("config.scaling.target_gpu_utilization=1.5",), "target_gpu_utilization"),
         (("config.webhook.namespace_queues.team-a=Bad_Queue",), "namespace_queues"),
         (("config.scaling.reclaim_budget_per_hour=5000",), "reclaim_budget_per_hour"),
+        (("config.scaling.cluster_queue_schedules.Bad_Queue=Mon 08:00-20:00 max=1",), "Bad_Queue"),  # not a name
+        (("config.scaling.cluster_queue_schedules.cq-a=",), "cluster_queue_schedules"),  # empty: not a schedule
+        (("config.scaling.cluster_queue_schedules.cq-a=" + "x" * 1025,), "cluster_queue_schedules"),
         (("config.stall.gpu_utilization=2",), "gpu_utilization"),
         (("config.stall.deactivate_cluster_queues=cq-a",), "deactivate_cluster_queues"),  # a list, not a name
         (("config.stall.deactivate=true",), "deactivate"),

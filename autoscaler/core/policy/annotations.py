@@ -32,6 +32,11 @@ Formats (docs/autoscaling.md has examples):
 ``queuepilot.io/down-after-up``             duration 0-1h: no worker removed this long after a launch
 ``queuepilot.io/keep-spare-for-target``     ``"true"``: keep empty workers while the busy ones run over the
                                             utilization target; ``"false"`` (default)
+``queuepilot.io/schedule``                  time windows that bound the workers of each group, e.g.
+                                            ``"Mon-Thu 20:00-08:00 max=2; Fri 20:00-Mon 08:00 max=2;
+                                            tz=Europe/Berlin"`` (``policy/schedule.py``); parsed here into
+                                            ``PolicyAnnotations.schedule``, applied by the scaler with
+                                            its ClusterQueue's schedule (``scaling.cluster_queue_schedules``)
 ``queuepilot.io/annotate-recommendation``   ``"true"``: the controller writes its right-sizing
                                             recommendation onto the RayCluster as
                                             ``queuepilot.io/recommendation`` (JSON), when the
@@ -64,9 +69,13 @@ from autoscaler.core.policy.config import (
     parse_ratio,
     parse_rules_text,
 )
+from autoscaler.core.policy.schedule import Schedule, parse_schedule
 from autoscaler.core.snapshot import AUTOSCALE_ANNOTATION
 
 PREFIX = "queuepilot.io/"
+# the RayCluster's own time windows (not a ScalingDefaults field: its ClusterQueue's schedule, from the
+# controller's config, applies beside it; see ``autoscaler.core.policy.schedule``)
+SCHEDULE_ANNOTATION = PREFIX + "schedule"
 
 # annotation -> (the field it sets, how its text parses); a parse raises ValueError for malformed text,
 # and the policy's own checks refuse a value that parses but does not fit (a window past its limit)
@@ -98,7 +107,7 @@ ANNOTATE_RECOMMENDATION = PREFIX + "annotate-recommendation"
 RECOMMENDATION_ANNOTATION = PREFIX + "recommendation"
 RECOMMENDATION_ANNOTATIONS: frozenset[str] = frozenset({ANNOTATE_RECOMMENDATION, RECOMMENDATION_ANNOTATION})
 KNOWN_ANNOTATIONS: frozenset[str] = frozenset({AUTOSCALE_ANNOTATION, *RAY_SIGNAL_ANNOTATIONS,
-                                               *RECOMMENDATION_ANNOTATIONS, *_FIELDS})
+                                               *RECOMMENDATION_ANNOTATIONS, SCHEDULE_ANNOTATION, *_FIELDS})
 
 
 def annotate_recommendation(annotations: Mapping[str, str]) -> tuple[bool, str | None]:
@@ -130,6 +139,8 @@ class PolicyAnnotations:
 
     overrides: tuple[Override, ...] = ()
     unknown: tuple[str, ...] = ()  # the warnings for unknown queuepilot.io/ keys
+    schedule: Schedule | None = None  # queuepilot.io/schedule, parsed (None: none, or it did not parse)
+    schedule_error: str = ""  # the warning for a queuepilot.io/schedule that did not parse
 
     def apply(self, defaults: ScalingDefaults) -> tuple[ScalingDefaults, tuple[str, ...]]:
         """The effective policy and the warnings for the annotations that were ignored.
@@ -154,6 +165,8 @@ class PolicyAnnotations:
                 current = getattr(policy, o.field)
                 shown = repr(format_rules(current)) if isinstance(current, ScalingRules) else brief_repr(current)
                 warnings.append(f"annotation {o.annotation}={brief_repr(o.raw)} ignored: {error}; using {shown}")
+        if self.schedule_error:
+            warnings.append(self.schedule_error)
         return policy, tuple(warnings)
 
 
@@ -163,21 +176,30 @@ def parse_policy_annotations(annotations: Mapping[str, str]) -> PolicyAnnotation
     keys.sort(key=lambda k: (k != PREFIX + "idle-window", k))
     overrides: list[Override] = []
     unknown: list[str] = []
+    schedule: Schedule | None = None
+    schedule_error = ""
     for key in keys:
         raw = annotations[key]
         if key == AUTOSCALE_ANNOTATION or key in RAY_SIGNAL_ANNOTATIONS or key in RECOMMENDATION_ANNOTATIONS:
             continue
+        if key == SCHEDULE_ANNOTATION:
+            try:
+                schedule = parse_schedule(str(raw))
+            except ValueError as e:
+                schedule_error = (f"annotation {key}={brief_repr(raw)} ignored: {e}; the RayCluster has no "
+                                  "time windows of its own (its ClusterQueue's, if any, still apply)")
+            continue
         spec = _FIELDS.get(key)
         if spec is None:
             unknown.append(f"unknown annotation {key[:128]}={brief_repr(raw)} ignored "
-                           f"(known: {', '.join(sorted(_FIELDS))})")
+                           f"(known: {', '.join(sorted([*_FIELDS, SCHEDULE_ANNOTATION]))})")
             continue
         name, parse = spec
         try:
             overrides.append(Override(key, name, str(raw), parse(str(raw))))
         except (ValueError, TypeError, ArithmeticError) as e:
             overrides.append(Override(key, name, str(raw), error=str(e)))
-    return PolicyAnnotations(tuple(overrides), tuple(unknown))
+    return PolicyAnnotations(tuple(overrides), tuple(unknown), schedule, schedule_error)
 
 
 def policy_from_annotations(

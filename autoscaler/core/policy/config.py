@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any, Literal, TypeGuard, TypeVar
 
 from autoscaler.core.policy.behavior import (
@@ -23,6 +24,7 @@ from autoscaler.core.policy.behavior import (
     ScalingRules,
     SelectPolicy,
 )
+from autoscaler.core.policy.schedule import Schedule, parse_schedule
 
 DEFAULT_CONTROLLER_NAME = "queuepilot.io/gpu-capacity"
 StaleSignalMode = Literal["fail-open", "hold"]
@@ -311,6 +313,10 @@ class ScalingDefaults:
     # true: keep empty workers as spares while the busy ones would run over the utilization target
     # (the HPA rule ceil(ready * mean / target) as a floor); false: an empty worker always goes
     keep_spare_for_target: bool = False
+    # ClusterQueue name -> its time windows (``autoscaler.core.policy.schedule``): bounds on the workers of
+    # every opted-in RayCluster whose queue-name label leads to that ClusterQueue, beside the RayCluster's
+    # own ``queuepilot.io/schedule``; none by default (docs/autoscaling.md, "Time windows")
+    cluster_queue_schedules: Mapping[str, Schedule] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("target_gpu_utilization", "target_cpu_utilization", "target_memory_utilization",
@@ -338,9 +344,17 @@ class ScalingDefaults:
         for name in ("reclaim_idle_actors", "keep_spare_for_target"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"scaling.{name} must be true or false, not {brief_repr(getattr(self, name))}")
+        schedules = self.cluster_queue_schedules
+        if not isinstance(schedules, Mapping) or not all(
+                isinstance(k, str) and k and isinstance(v, Schedule) for k, v in schedules.items()):
+            raise ValueError("scaling.cluster_queue_schedules must map ClusterQueue names to schedules, "
+                             f"not {brief_repr(schedules)}")
+        if len(schedules) > MAX_CLUSTER_QUEUE_SCHEDULES:
+            raise ValueError(f"scaling.cluster_queue_schedules: at most {MAX_CLUSTER_QUEUE_SCHEDULES} ClusterQueues")
 
 
 MAX_RECLAIM_BUDGET = 1000  # reclaims per RayCluster per hour
+MAX_CLUSTER_QUEUE_SCHEDULES = 10_000  # ClusterQueues with time windows in one configuration
 MAX_DOWN_AFTER_UP_SECONDS = 3600.0
 
 
@@ -388,6 +402,8 @@ def _from_section(cls: type[_Section], section: object, name: str) -> _Section:
                 changes[k] = parse_count(raw, k, 0, MAX_RECLAIM_BUDGET)
             elif k == "max_retries" and k in names:
                 changes[k] = None if raw is None else parse_count(raw, "max_retries")
+            elif k == "cluster_queue_schedules" and k in names:
+                changes[k] = parse_cluster_queue_schedules(raw)
             elif k in names:
                 changes[k] = raw if isinstance(raw, str) else str(raw)
             else:
@@ -398,6 +414,24 @@ def _from_section(cls: type[_Section], section: object, name: str) -> _Section:
         return replace(obj, **changes)
     except (ValueError, TypeError) as e:
         raise ValueError(f"config {name}: {e}") from None
+
+
+def parse_cluster_queue_schedules(value: object) -> Mapping[str, Schedule]:
+    """ClusterQueue name -> ``Schedule`` from a mapping of names to schedule texts (``{}`` or null: none);
+    ValueError naming the ClusterQueue whose schedule is malformed."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must map ClusterQueue names to schedules, not {brief_repr(value)}")
+    out: dict[str, Schedule] = {}
+    for name, text in value.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a ClusterQueue name must be a non-empty string, not {brief_repr(name)}")
+        try:
+            out[name] = parse_schedule(text)
+        except ValueError as e:
+            raise ValueError(f"{name[:64]}: {e}") from None
+    return MappingProxyType(out)
 
 
 def admission_config(settings: Mapping[str, object] | None) -> AdmissionConfig:

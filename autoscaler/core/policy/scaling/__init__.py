@@ -49,13 +49,20 @@ steps do; the reason of the last step that changed the value is the decision's r
    limits per period, ``[min, max]``.  The scale-down stabilization window smooths
    recommendations; it does not hold back removing workers idle for their own window.  Then the
    down-after-up rule: no scale-down within ``down_after_up_seconds`` of a launch this group's
-   history records (a scale-up or a replacement we wrote) -> ``RecentScaleUp``.
+   history records (a scale-up or a replacement we wrote) -> ``RecentScaleUp``.  Last, the time
+   windows in force (the RayCluster's ``queuepilot.io/schedule`` and its ClusterQueue's
+   ``scaling.cluster_queue_schedules``, ``policy.schedule``): at least their min (within maxReplicas
+   and the quota headroom) -> ``ScheduledMinReplicas``, no scale-up past their max and no unmade
+   replicas above it -> ``ScheduledMaxReplicas``; a window never removes a worker that is not idle,
+   and leaving one removes nothing by itself (the idle path does).  The windows in force are named in
+   the message.
 6. **Write plan**: in-tree autoscaler off -> ``write="replicas"`` with ``workers_to_delete`` naming the
    idlest removable pods (lowest utilization, longest idle); in-tree autoscaler on -> ``write=
    "min_max"``: ``maxReplicas`` is lowered to shed idle workers (Ray's autoscaler then removes
    the extra workers) and restored to the user's value afterwards, capped by quota headroom on
-   elastic Kueue clusters; ``minReplicas`` is never raised (Ray scales up for demand itself, and a
-   raised min would keep workers Ray considers idle).  A ``workersToDelete`` list whose pods are
+   elastic Kueue clusters (and by a time window's max, never under the workers that stay);
+   ``minReplicas`` is raised only to a time window's min and restored afterwards (Ray scales up for
+   demand itself, and a raised min would keep workers Ray considers idle).  A ``workersToDelete`` list whose pods are
    all gone is cleared (``clear_workers_to_delete``); while some still exist the group holds
    (``WaitingForWorkerDeletion``).  After a failed write the caller rolls the history back with
    ``GroupHistory.rollback``.
@@ -75,6 +82,7 @@ from autoscaler.core.policy.scaling.headroom import ScalingContext, ray_cluster_
 from autoscaler.core.policy.scaling.history import RECLAIM_BUDGET_PERIOD, GroupHistory
 from autoscaler.core.policy.scaling.idle import idle_workers, utilization_source
 from autoscaler.core.policy.scaling.steps import decide_group
+from autoscaler.core.policy.schedule import Schedule, WindowBounds, in_force
 from autoscaler.core.snapshot import ClusterSnapshot, RayClusterState, RayDemand, frozen_map
 
 __all__ = [
@@ -124,6 +132,14 @@ def decide_scaling(
     parsed = cluster.policy_annotations
     assert parsed is not None  # (RayClusterState parses its annotations when it is made)
     policy, warnings = parsed.apply(defaults)
+    # the time windows in force: the RayCluster's own and its ClusterQueue's (both apply)
+    schedules: list[tuple[str, Schedule]] = []
+    if parsed.schedule is not None:
+        schedules.append(("RayCluster annotation", parsed.schedule))
+    cq_schedule = policy.cluster_queue_schedules.get(cluster.cluster_queue or "")
+    if cq_schedule is not None:
+        schedules.append((f"ClusterQueue {cluster.cluster_queue}", cq_schedule))
+    windows = in_force(schedules, now) if schedules else ()
     pressure = context.pressure(cluster, policy.queue_pressure_wait_seconds)
     demand, infeasible = assign_demand(cluster)
     decisions = []
@@ -135,7 +151,8 @@ def decide_scaling(
         mine = tuple(infeasible.get(group.name, ())) + (tuple(infeasible.get(None, ())) if group is cluster.groups[0]
                                                         else ())
         case = GroupCase.of(context, cluster, group, policy, demand.get(group.name, []), mine, pressure,
-                            reclaim_budget=budget, index=index)
+                            reclaim_budget=budget, index=index,
+                            window=WindowBounds.of(windows, group.name) if windows else None)
         old = history.get(group.name, GroupHistory())
         d, h = decide_group(case, old)
         budget = max(0, budget - (h.reclaims_in_period(now) - old.reclaims_in_period(now)))

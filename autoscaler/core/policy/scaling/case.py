@@ -13,6 +13,7 @@ from autoscaler.core.policy.scaling.demand import DemandRun, capacity, demand_fi
 from autoscaler.core.policy.scaling.headroom import ScalingContext
 from autoscaler.core.policy.scaling.history import GroupHistory
 from autoscaler.core.policy.scaling.idle import idle_workers, old_enough
+from autoscaler.core.policy.schedule import WindowBounds
 from autoscaler.core.snapshot import RayClusterState, RayWorker, WorkerGroupState, frozen_map
 
 
@@ -32,17 +33,18 @@ class GroupCase:
     stale_list: bool  # workersToDelete is set and names only pods that are gone
     reclaim_budget: int = 0  # workers the cluster may still reclaim in this hour
     index: int = 0  # the group's position in spec.workerGroupSpecs
+    window: WindowBounds | None = None  # the time windows in force for this group (None: none)
 
     @classmethod
     def of(cls, ctx: ScalingContext, cluster: RayClusterState, group: WorkerGroupState, policy: ScalingDefaults,
            demand: Sequence[DemandRun], infeasible_demand: tuple[str, ...], pressure: str,
-           reclaim_budget: int = 0, index: int = 0) -> GroupCase:
+           reclaim_budget: int = 0, index: int = 0, window: WindowBounds | None = None) -> GroupCase:
         stale_list = bool(group.workers_to_delete) and not (set(group.workers_to_delete)
                                                              & {w.pod for w in group.workers})
         return cls(ctx, cluster, group, policy, tuple(demand), infeasible_demand, pressure,
                    pending_gpus=int(sum(b.get("GPU", 0.0) * n for b, _, n in demand)),
                    pending_bundles=sum(n for _, _, n in demand),
-                   stale_list=stale_list, reclaim_budget=reclaim_budget, index=index)
+                   stale_list=stale_list, reclaim_budget=reclaim_budget, index=index, window=window)
 
     @property
     def now(self) -> float:
@@ -63,6 +65,25 @@ class GroupCase:
     @property
     def hosts(self) -> int:
         return max(1, self.group.num_of_hosts)
+
+    def window_limits(self, h: GroupHistory) -> tuple[int | None, int | None]:
+        """The time windows' (min, max) for this group within its own bounds (None where no window in
+        force bounds that side): a min above maxReplicas is maxReplicas, a max under minReplicas is
+        minReplicas (KubeRay keeps replicas within them; in the in-tree autoscaler case the user's
+        values, not the ones queuepilot wrote).  Where a window's min is above another's max, the max
+        won already (``WindowBounds``)."""
+        b = self.window
+        if b is None:
+            return None, None
+        lo_spec, hi_spec = self.group.min_replicas, self.group.max_replicas
+        if self.in_tree:
+            lo_spec = h.user_min if h.user_min is not None else lo_spec
+            hi_spec = h.user_max if h.user_max is not None else hi_spec
+        hi = None if b.max_workers is None else max(b.max_workers, lo_spec)
+        lo = None if b.min_workers is None else min(b.min_workers, hi_spec)
+        if lo is not None and hi is not None:
+            lo = min(lo, hi)
+        return lo, hi
 
     @property
     def clears_list(self) -> bool:

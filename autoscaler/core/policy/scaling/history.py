@@ -1,7 +1,7 @@
 """What one worker group's past decisions leave behind, kept by the caller between passes: the
 recommendations the stabilization windows look back on, the scale events the step limits count, the
-idle timers, the maxReplicas of the in-tree autoscaler case, the last launch (down-after-up) and the
-reclaims (the hourly budget)."""
+idle timers, the minReplicas and maxReplicas of the in-tree autoscaler case, the last launch
+(down-after-up) and the reclaims (the hourly budget)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,18 @@ class GroupHistory:
     idle_since: Mapping[str, float] = field(default_factory=frozen_map)  # pod -> first seen idle
     user_max: int | None = None  # in-tree autoscaler case: the user's maxReplicas
     written_max: int | None = None  # the maxReplicas we last wrote
+    user_min: int | None = None  # in-tree autoscaler case: the user's minReplicas (a time window raises it)
+    written_min: int | None = None  # the minReplicas we last wrote
     last_launch: float | None = None  # when we last launched workers here (scale-up or replacement)
     reclaims: tuple[float, ...] = ()  # one entry per worker reclaimed, for the hourly budget
 
     def rollback(self, old: GroupHistory) -> GroupHistory:
         """This pass's history after its write failed: keep what was observed (recommendations, idle
         timers, the user's maxReplicas) and forget the change that did not happen (the scale event,
-        the maxReplicas written, the launch and the reclaims), so that it does not count against the
+        the min/maxReplicas written, the launch and the reclaims), so that it does not count against the
         step limits, the down-after-up hold or the reclaim budget."""
         return replace(self, scale_events=old.scale_events, written_max=old.written_max,
-                       last_launch=old.last_launch, reclaims=old.reclaims)
+                       written_min=old.written_min, last_launch=old.last_launch, reclaims=old.reclaims)
 
     def pruned(self, policy: ScalingDefaults, now: float) -> GroupHistory:
         """Without the recommendations, scale events and reclaims older than any window or period
@@ -57,6 +59,12 @@ class GroupHistory:
         """In-tree autoscaler case: a maxReplicas that is not the one we wrote is the user's."""
         if self.written_max is None or max_replicas != self.written_max or self.user_max is None:
             return replace(self, user_max=max_replicas)
+        return self
+
+    def seeing_min(self, min_replicas: int) -> GroupHistory:
+        """In-tree autoscaler case: a minReplicas that is not the one we wrote is the user's."""
+        if self.written_min is None or min_replicas != self.written_min or self.user_min is None:
+            return replace(self, user_min=min_replicas)
         return self
 
     def scaled(self, now: float, change: int) -> GroupHistory:

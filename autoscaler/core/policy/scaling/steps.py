@@ -3,9 +3,10 @@
 Each step returns a ``Step`` (the replicas it arrives at, its reason, its message) as
 ``behavior.normalize``'s steps do.  ``guards`` and ``signal_freshness`` end the ladder with a hold
 when they give a reason.  ``recommend`` proposes; the adjustments after it (quota headroom, then
-behaviour normalisation and the down-after-up rule) each take the step so far and are folded by
-``fold``: the reason of the last step that changed the value is the decision's reason, and each such
-step's message is appended to the explanation.  ``decide_group`` hands the result to the write plan.
+behaviour normalisation, the down-after-up rule and the time windows) each take the step so far and
+are folded by ``fold``: the reason of the last step that changed the value is the decision's reason,
+and each such step's message is appended to the explanation (``time_window`` also names the windows
+in force when they changed nothing).  ``decide_group`` hands the result to the write plan.
 """
 
 from __future__ import annotations
@@ -156,6 +157,18 @@ def unmet(case: GroupCase, ws: Workers, h: GroupHistory, wanted: Step) -> tuple[
     hi = case.group.max_replicas
     if allowed.value > hi and ws.add_workers > 0:
         out.append(f"{allowed.value - max(case.current, hi)} more replica(s) wanted, group at maxReplicas {hi}")
+    b = case.window
+    if b is not None:
+        w_lo, w_hi = case.window_limits(h)
+        kept = max(w_hi or 0, case.current - ws.unmade)
+        if w_hi is not None and b.max_by is not None and ws.add_workers > 0 and allowed.value > kept:
+            out.append(f"{allowed.value - kept} more replica(s) wanted, time window \"{b.max_by.window.label}\" "
+                       f"allows at most {w_hi}")
+        if w_lo is not None and b.min_by is not None and w_lo > case.current:
+            room, why = case.ctx.headroom(case.cluster, case.group)
+            if room is not None and w_lo > case.current + room:
+                out.append(f"{w_lo - case.current - room} replica(s) time window \"{b.min_by.window.label}\" "
+                           f"wants beyond quota headroom ({why})")
     return tuple(out)
 
 
@@ -194,6 +207,47 @@ def down_after_up(case: GroupCase, ws: Workers, h: GroupHistory, step: Step) -> 
     return Step(final, "", "")
 
 
+# 6. time windows ---------------------------------------------------------------------------------
+def time_window(case: GroupCase, ws: Workers, h: GroupHistory, step: Step) -> Step:
+    """The time windows in force (``queuepilot.io/schedule``, the ClusterQueue's schedule) bound the
+    group, combined with the demand that decided so far:
+
+    - ``max``: no scale-up past it, and replicas whose pods were never made above it are dropped
+      (``ScheduledMaxReplicas``).  A window never removes a worker that is not idle: the workers above
+      its max go through the idle path as they become empty (the Event says how many are left above);
+    - ``min``: at least that many at once, as the HPA raises replicas to minReplicas, within maxReplicas
+      and, on elastic Kueue clusters, the quota headroom (``ScheduledMinReplicas``).  Leaving the window
+      removes nothing by itself: the workers above the group's own bounds go when they are idle for the
+      idle window, through the behaviour rules, like any idle worker.
+
+    The windows in force are named in the message whether or not they moved the value."""
+    b = case.window
+    if b is None:
+        return Step(step.value, "", "")
+    lo, hi = case.window_limits(h)
+    value, current = step.value, case.current
+    existing = current - ws.unmade  # the workers that exist (in-tree autoscaler: every replica)
+    reason, notes = "", []
+    if lo is not None and value < lo:
+        target, note = lo, ""
+        if lo > current:
+            room, why = case.ctx.headroom(case.cluster, case.group)
+            if room is not None and lo > current + room:
+                target, note = max(value, current + room), f" (quota headroom: {why})"
+        if target > value:
+            value, reason = target, R.SCHEDULED_MIN_REPLICAS
+        notes.append(f"at least {lo} worker(s){note}")
+    if hi is not None:
+        capped = max(hi, min(value, existing))  # never below the workers that exist: the idle path removes
+        if capped < value:
+            value, reason = capped, R.SCHEDULED_MAX_REPLICAS
+        if reason == R.SCHEDULED_MAX_REPLICAS or existing > hi:
+            notes.append(f"at most {hi} worker(s)" + (f"; the {existing - hi} worker(s) above it go as they "
+                                                       "become idle" if existing > hi else ""))
+    text = b.describe() + (": " + "; ".join(notes) if notes else " in force")
+    return Step(value, reason or step.reason, text)
+
+
 # the fold -----------------------------------------------------------------------------------------
 def fold(first: Step, adjustments: Sequence[Adjust], case: GroupCase, ws: Workers, h: GroupHistory) -> Step:
     """``first`` through each adjustment in turn: the value is the last one's; a step with a reason
@@ -208,11 +262,12 @@ def fold(first: Step, adjustments: Sequence[Adjust], case: GroupCase, ws: Worker
 
 
 def decide_group(case: GroupCase, h: GroupHistory) -> tuple[GroupDecision, GroupHistory]:
-    """guards -> signal freshness -> recommendation -> quota headroom -> behaviour normalisation and
-    down-after-up -> write plan; returns the decision and the group's history for the next pass."""
+    """guards -> signal freshness -> recommendation -> quota headroom -> behaviour normalisation,
+    down-after-up and time windows -> write plan; returns the decision and the group's history for the
+    next pass."""
     h = h.pruned(case.policy, case.now)
     if case.in_tree:
-        h = h.seeing_max(case.group.max_replicas)
+        h = h.seeing_max(case.group.max_replicas).seeing_min(case.group.min_replicas)
     guard = guards(case)
     if guard.reason:
         return case.hold(guard), h
@@ -223,7 +278,7 @@ def decide_group(case: GroupCase, h: GroupHistory) -> tuple[GroupDecision, Group
     wanted = recommend(case, ws)
     infeasible = unmet(case, ws, h, wanted)
     recommendation = fold(wanted, (quota_headroom,), case, ws, h)
-    final = fold(recommendation, (behaviour, down_after_up), case, ws, h)
+    final = fold(recommendation, (behaviour, down_after_up, time_window), case, ws, h)
     h = replace(h, idle_since=ws.idle_since, recommendations=(*h.recommendations, (case.now, recommendation.value)))
     write = write_max if case.in_tree else write_replicas
     return write(case, ws, h, final, infeasible)

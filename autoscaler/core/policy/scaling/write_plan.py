@@ -1,6 +1,7 @@
 """The write plan of a group's decision: ``replicas`` and ``workersToDelete`` naming the idlest pods
-(in-tree autoscaler off), or ``maxReplicas`` steering (in-tree autoscaler on); and what the write
-leaves in the group's history (scale events, the launch, reclaims, the maxReplicas written)."""
+(in-tree autoscaler off), or ``maxReplicas`` (and, in a time window with a min, ``minReplicas``)
+steering (in-tree autoscaler on); and what the write leaves in the group's history (scale events, the
+launch, reclaims, the min/maxReplicas written)."""
 
 from __future__ import annotations
 
@@ -49,8 +50,11 @@ def write_replicas(case: GroupCase, ws: Workers, h: GroupHistory, plan: Step,
 
 def write_max(case: GroupCase, ws: Workers, h: GroupHistory, plan: Step,
               infeasible: tuple[str, ...]) -> tuple[GroupDecision, GroupHistory]:
-    """In-tree autoscaler on: steer ``maxReplicas`` only (lowered to shed idle workers, restored to the
-    user's value afterwards, capped by quota headroom); Ray's autoscaler owns ``replicas``."""
+    """In-tree autoscaler on: steer ``maxReplicas`` (lowered to shed idle workers, restored to the user's
+    value afterwards, capped by quota headroom) and, while a time window sets a min, ``minReplicas``
+    (raised to it within the headroom, restored to the user's value after the window); Ray's
+    autoscaler owns ``replicas``.  A time window's max caps ``maxReplicas`` no lower than the workers
+    that stay (Ray's autoscaler would remove busy workers to meet a lower one)."""
     final, reason, msg = plan
     current, lo, hi = case.current, case.group.min_replicas, case.group.max_replicas
     direction: Direction = "up" if final > current else "down" if final < current else "hold"
@@ -60,16 +64,24 @@ def write_max(case: GroupCase, ws: Workers, h: GroupHistory, plan: Step,
     room, why = case.ctx.headroom(case.cluster, case.group)
     if room is not None:
         target_max = min(target_max, current + room)
-    target_max = max(target_max, lo)
-    if target_max == hi:
+    target_min = h.user_min if h.user_min is not None else lo
+    w_lo, w_hi = case.window_limits(h)
+    if w_hi is not None:
+        target_max = min(target_max, max(w_hi, final))
+    if w_lo is not None and w_lo > target_min:
+        target_min = w_lo if room is None else max(target_min, min(w_lo, current + room))
+    target_max = max(target_max, target_min)
+    if target_max == hi and target_min == lo:
         return case.decision(direction if direction != "down" else "hold", reason,
                              f"maxReplicas stays {hi} (Ray's autoscaler owns replicas, currently {current}): {msg}",
                              current, idle_gpus=ws.idle_gpus, infeasible=infeasible), h
-    h = replace(h, written_max=target_max)
+    h = replace(h, written_max=target_max, written_min=target_min)
     if final < current:
         h = h.scaled(case.now, final - current)
-    text = (f"maxReplicas {hi} -> {target_max} (Ray's autoscaler owns replicas, currently {current}): {msg}"
+    changes = ([f"maxReplicas {hi} -> {target_max}"] if target_max != hi else []) + (
+        [f"minReplicas {lo} -> {target_min}"] if target_min != lo else [])
+    text = (f"{', '.join(changes)} (Ray's autoscaler owns replicas, currently {current}): {msg}"
             + (f"; {why}" if why and room is not None and target_max == current + room else ""))
-    return case.decision("down" if target_max < current else direction, reason, text, min(final, target_max),
-                         write="min_max", new_min=lo, new_max=target_max, idle_gpus=ws.idle_gpus,
-                         infeasible=infeasible), h
+    return case.decision("down" if target_max < current else direction, reason, text,
+                         max(target_min, min(final, target_max)), write="min_max", new_min=target_min,
+                         new_max=target_max, idle_gpus=ws.idle_gpus, infeasible=infeasible), h
