@@ -25,7 +25,8 @@ the workload holds manager and worker quota while no pod runs, until GPUs free u
 
 Per dispatcher the run reports (``FleetMetrics.summary``): queue wait (submission -> pods bound) per
 job class, unplaceable dispatches and the GPU-hours of quota they held, remote copies created and
-deleted (API churn), jobs completed, GPU utilisation of allocated GPUs, the fleet's allocated share.
+deleted (API churn), jobs completed, GPU utilisation of allocated GPUs, the fleet's allocated share,
+and, while jobs wait for quota in the manager, the GPU-hours no pod holds (healthy and failed).
 Deterministic by seed: two ``random.Random`` streams per run (GPU failures, so every dispatcher
 sees the same failures; ties), no wall clock.
 """
@@ -66,7 +67,16 @@ from autoscaler.core.snapshot import (
     frozen_map,
 )
 from simulator.cluster import SimCluster, SimNode
-from simulator.kueue import ADMITTED, FINISHED, INACTIVE, RUNNING, SimClusterQueue, SimKueue, SimWorkload
+from simulator.kueue import (
+    ADMITTED,
+    FINISHED,
+    INACTIVE,
+    PENDING,
+    RUNNING,
+    SimClusterQueue,
+    SimKueue,
+    SimWorkload,
+)
 from simulator.timed_event import TimedEvent
 from simulator.workload import TEAMS, Job, team_gpu_shares
 
@@ -292,6 +302,11 @@ class FleetMetrics:
     allocated_gpu_s: float = 0.0
     used_gpu_s: float = 0.0
     capacity_gpu_s: float = 0.0  # fleet GPUs x window
+    # while some job waits for quota in the manager (its queue is not empty): how long, and the GPUs x
+    # seconds no pod held then, healthy (free) and failed (a failed GPU's pod ended, it awaits repair)
+    quota_wait_s: float = 0.0
+    free_gpu_s_quota_wait: float = 0.0
+    failed_gpu_s_quota_wait: float = 0.0
     gpu_failures: int = 0
     passes: int = 0
     decisions: dict[str, int] = field(default_factory=dict)  # capacity: reason -> count
@@ -314,6 +329,9 @@ class FleetMetrics:
             "remote_per_started_job": round(self.remote_created / self.jobs_started, 3) if self.jobs_started else None,
             "gpu_util_allocated": round(self.used_gpu_s / self.allocated_gpu_s, 4) if self.allocated_gpu_s else None,
             "gpu_allocated_share": round(self.allocated_gpu_s / self.capacity_gpu_s, 4) if self.capacity_gpu_s else None,
+            "quota_wait_hours": round(self.quota_wait_s / 3600.0, 2),
+            "free_gpu_hours_quota_wait": round(self.free_gpu_s_quota_wait / 3600.0, 2),
+            "failed_gpu_hours_quota_wait": round(self.failed_gpu_s_quota_wait / 3600.0, 2),
             "gpu_failures": self.gpu_failures, "passes": self.passes,
             "dispatch_decisions": dict(sorted(self.decisions.items())),
         })
@@ -359,6 +377,8 @@ class FleetSim:
         self._seq = 0
         self.now = 0.0
         self._pass_at: float | None = None
+        # (since, jobs wait for manager quota, free healthy GPUs, failed GPUs no pod holds) after the last pass
+        self._unheld: tuple[float, bool, int, int] = (0.0, False, 0, 0)
         self.writer = FleetWriter(self)
         self.reconciler: DispatchReconciler | None = None
         if dispatcher == CAPACITY:
@@ -466,6 +486,26 @@ class FleetSim:
         for worker in self.workers:
             if worker.waiting and worker.placed_version != worker.cluster.version:
                 self._place_waiting(worker, now)
+        self._observe_unheld(now)
+
+    def _account_unheld(self, until: float) -> None:
+        since, queued, free, failed = self._unheld
+        if queued and until > since:
+            dt = until - since
+            self.metrics.quota_wait_s += dt
+            self.metrics.free_gpu_s_quota_wait += free * dt
+            self.metrics.failed_gpu_s_quota_wait += failed * dt
+
+    def _observe_unheld(self, now: float) -> None:
+        """GPUs no pod holds while jobs wait for manager quota, as this pass leaves the fleet (every
+        change is followed by a pass within ``pass_delay_s``)."""
+        self._account_unheld(now)
+        queued = any(w.state == PENDING for w in self.manager.pending)
+        free = failed = 0
+        if queued:
+            free = sum(w.cluster.free_gpus(FLAVOR) for w in self.workers)
+            failed = self.total_gpus - sum(w.cluster.allocated_gpus() for w in self.workers) - free
+        self._unheld = (now, queued, free, failed)
 
     async def _dispatch(self, now: float) -> None:
         names = self.cfg.cluster_names
@@ -618,6 +658,7 @@ class FleetSim:
         """At the window's end: jobs not started count with their wait so far (censored); running jobs'
         GPU time and pending pods' held quota count up to the end."""
         now = self.window_s
+        self._account_unheld(now)
         for d in self.by_key.values():
             if d.started_at is None:
                 self.metrics.waits[job_class(d.w.job)].append(now - d.w.job.submit)

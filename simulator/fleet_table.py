@@ -9,7 +9,8 @@ from typing import Any
 from simulator.fleet import CLASSES
 
 
-def _h(seconds: float | None) -> str:
+def duration_text(seconds: float | None) -> str:
+    """``45s``, ``91m``, ``4.2h``; ``-`` for None."""
     if seconds is None:
         return "-"
     if seconds < 120:
@@ -17,6 +18,11 @@ def _h(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
+
+
+def waits_text(summary: dict[str, Any], cls: str) -> str:
+    """A class's wait p50/p95/p99 from a dispatcher's summary, e.g. ``1s/91m/4.2h``."""
+    return "/".join(duration_text(summary[f"wait_{cls}_p{q}_s"]) for q in (50, 95, 99))
 
 
 def table_rows(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -30,7 +36,7 @@ def table_rows(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[li
         row = [name]
         for c in CLASSES:
             n = s[f"jobs_{c}"]
-            row.append("/".join(_h(s[f"wait_{c}_p{q}_s"]) for q in (50, 95, 99)) + f" (n={n})")
+            row.append(waits_text(s, c) + f" (n={n})")
         row += [f"{s['unplaceable_dispatches']} ({s['unplaceable_gpu_hours']:,.0f})",
                 f"{s['remote_created']:,}/{s['remote_deleted']:,}", f"{s['jobs_completed']:,}",
                 _pct(s["gpu_util_allocated"]), _pct(s["gpu_allocated_share"])]

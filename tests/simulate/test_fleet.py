@@ -185,3 +185,27 @@ def test_incremental_with_three_clusters_is_all_at_once():
         out.append({k: v for k, v in s.metrics.summary().items() if k != "passes"})
     assert out[0] == out[1]
     assert out[0]["unplaceable_dispatches"] > 0  # a run where quota-only dispatch mattered
+
+
+@pytest.mark.parametrize("dispatcher", [ALL_AT_ONCE, CAPACITY])
+@pytest.mark.parametrize("queued", [True, False])
+def test_gpus_no_pod_holds_while_jobs_wait_for_quota(dispatcher, queued):
+    # worker-1: all 8 GPUs failed; worker-2: 4 of 8 taken by a pod outside Kueue.  Two 8-GPU jobs take
+    # the manager's whole quota (16 GPUs, failed ones included) and cannot be placed; a 1-GPU job that
+    # arrives at t=20 then waits for quota to the window's end, while 4 healthy and 8 failed GPUs hold no pod
+    jobs = [job(0, 0.0, 8), job(1, 10.0, 8)] + ([job(2, 20.0, 1)] if queued else [])
+    s = sim(jobs, dispatcher, nodes=2, clusters=2)
+    break_all(s, "worker-1")
+    assert s.by_name["worker-2"].cluster.place("a100", [("other/outside-0", 4)])
+    s.run()
+    s.check()
+    m = s.metrics.summary()
+    assert s.metrics.jobs_started == 0
+    if not queued:  # nobody waits for quota: nothing is counted, however many GPUs are idle
+        assert m["quota_wait_hours"] == m["free_gpu_hours_quota_wait"] == m["failed_gpu_hours_quota_wait"] == 0
+        return
+    waited = 2 * HOUR - 20.0  # from job 2's arrival (its pass within a second) to the end
+    assert s.metrics.quota_wait_s == pytest.approx(waited, abs=2.0)
+    assert s.metrics.free_gpu_s_quota_wait == pytest.approx(4 * s.metrics.quota_wait_s)
+    assert s.metrics.failed_gpu_s_quota_wait == pytest.approx(8 * s.metrics.quota_wait_s)
+    assert m["failed_gpu_hours_quota_wait"] == pytest.approx(8 * waited / HOUR, abs=0.01)
