@@ -135,6 +135,8 @@ class SimSnapshotBuilder:
         self._rayjob_pods: dict[str, tuple[float, tuple[RayJobState, RayClusterView,
                                                         tuple[tuple[str, PodView], ...]]]] = {}
         self._ray_views: dict[str, tuple[tuple[object, ...], RayClusterView]] = {}
+        # a running RayJob's Ray status parts while what it reports is the same (running, waiting)
+        self._rayjob_ray: dict[str, tuple[tuple[int, int], tuple[RayNodeInfo, ...], tuple[RayDemand, ...]]] = {}
         self._workers: dict[str, WorkerViews[WorkerView]] = {}
         # the GPU signal: each node's GPUs, made again when a pod, a health or a utilization on it moved
         self._gpus: dict[str, tuple[GpuState, ...]] = {}
@@ -151,6 +153,7 @@ class SimSnapshotBuilder:
         """``w`` is gone (finished or deactivated)."""
         self._workloads.pop(f"{w.namespace}/{w.name}", None)
         self._rayjob_pods.pop(w.name, None)
+        self._rayjob_ray.pop(w.name, None)
 
     # ------------------------------------------------------------------------- the watched objects
     def workload_view(self, w: SimWorkload) -> WorkloadState:
@@ -352,14 +355,19 @@ class SimSnapshotBuilder:
         work = self.world.rayjob_ray_work(w, start)
         if work is None:
             return None
-        running, waiting = work
-        demand = (RayDemand("task", frozen_map({"CPU": 1.0}), count=waiting),) if waiting else ()
-        total = frozen_map({"GPU": float(w.job.gpus_per_pod), "CPU": WORKER_CPU})
-        nodes = tuple(RayNodeInfo(
-            node_id=f"{w.name}-{i}", node_ip="", pod_name=f"{w.name}-{i}", is_head=False, alive=True, total=total,
-            available=total, busy=i < running, idle_seconds=None, cpu_utilization=None, memory_utilization=None,
-            group=RAYJOB_GROUP, running_tasks=1 if i < running else 0) for i in range(w.job.pods))
-        return RayStatus(demand=demand, nodes=nodes, source="state_api", autoscaler_version="v2", observed_at=now)
+        cached = self._rayjob_ray.get(w.name)
+        if cached is None or cached[0] != work:  # what Ray reports moved: its node list and demand anew
+            running, waiting = work
+            demand = (RayDemand("task", frozen_map({"CPU": 1.0}), count=waiting),) if waiting else ()
+            total = frozen_map({"GPU": float(w.job.gpus_per_pod), "CPU": WORKER_CPU})
+            nodes = tuple(RayNodeInfo(
+                node_id=f"{w.name}-{i}", node_ip="", pod_name=f"{w.name}-{i}", is_head=False, alive=True,
+                total=total, available=total, busy=i < running, idle_seconds=None, cpu_utilization=None,
+                memory_utilization=None, group=RAYJOB_GROUP, running_tasks=1 if i < running else 0)
+                for i in range(w.job.pods))
+            cached = self._rayjob_ray[w.name] = (work, nodes, demand)
+        return RayStatus(demand=cached[2], nodes=cached[1], source="state_api", autoscaler_version="v2",
+                         observed_at=now)
 
     def ray_observations(self, now: float) -> dict[str, RayObservation]:
         out = {f"{rc.namespace}/{rc.name}": RayObservation(self.ray_status(rc, now), now)
