@@ -33,18 +33,21 @@ from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults, p
 from autoscaler.core.policy.stall import MIN_WINDOW_SECONDS, StallConfig
 from servicekit.argtypes import count, positive_seconds
 from servicekit.envflags import EnvError, HelpFormatter, apply_env
+from simulator.cluster import PLACEMENTS
 from simulator.engine import POLICIES, Engine, SimConfig
 from simulator.inputs import (
     DEFAULT_START,
     check_writable,
     default_trace,
+    duration,
     load_window,
     non_negative_rate,
     positive_factor,
     positive_hours,
+    share,
 )
 from simulator.schedule_clock import team_schedules
-from simulator.utilization import DEFAULT_MODEL, MODELS
+from simulator.utilization import DEFAULT_MODEL, DEFAULT_RESUME_SHARE, MODELS
 from simulator.workload import TraceWindow
 
 log = logging.getLogger("queuepilot.simulate")
@@ -77,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hours", type=positive_hours, default=24.0, help="window length in hours")
     p.add_argument("--policies", default=",".join(POLICIES),
                    help=f"comma-separated, or 'all': {', '.join(POLICIES)}")
-    p.add_argument("--gpu-failure-rate", type=non_negative_rate, default=0.0,
+    p.add_argument("--gpu-failure-rate", type=non_negative_rate, default=SimConfig().gpu_failure_rate,
                    help="injected GPU failures per GPU per day (repaired after ~6 h)")
     p.add_argument("--seed", type=int, default=0, help="seed of everything random")
     p.add_argument("--nodes", type=count(1, 100_000), default=SimConfig().nodes, help="8-GPU nodes")
@@ -101,6 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", default=None, metavar="TEXT",
                    help="queuepilot policies: time windows for every team's ClusterQueue (scaling."
                         "cluster_queue_schedules; queuepilot.io/schedule syntax, on the trace's clock, no tz=)")
+    p.add_argument("--stall-resume-share", type=share, default=DEFAULT_RESUME_SHARE, metavar="F",
+                   help="the share of long idle runs that are pauses the job resumes from (the rest are final "
+                        "stalls; docs/simulation.md, 'Stall structure')")
+    p.add_argument("--resubmit-after", type=duration, default=SimConfig().resubmit_after_s, metavar="DURATION",
+                   help="a running workload deactivated with work left is submitted again by its owner this long "
+                        "after, to run from scratch")
+    p.add_argument("--placement", choices=PLACEMENTS, default=SimConfig().placement,
+                   help="the scheduler's node choice: spread (kube-scheduler's default, LeastAllocated) or pack")
+    p.add_argument("--pods-ready-timeout", type=duration, default=SimConfig().pods_ready_timeout_s,
+                   metavar="DURATION", help="Kueue's waitForPodsReady.timeout: an admitted workload whose pods "
+                                            "are not running by then is evicted and queued again (0: not configured)")
+    p.add_argument("--pause-invisible-share", type=share, default=SimConfig().pause_invisible_share, metavar="F",
+                   help="the share of pauses during which Ray shows nothing running or waiting")
+    p.add_argument("--hang-share", type=share, default=SimConfig().hang_share, metavar="F",
+                   help="the share of final stalls during which Ray shows a task still running (hung)")
     p.add_argument("--no-progress", action="store_true", default=False, help="no progress bar")
     return p
 
@@ -179,9 +197,11 @@ def main(argv: list[str] | None = None) -> int:
                       control_interval_s=args.control_interval, stall_reclaim=args.stall_reclaim,
                       ray_max_quota_factor=args.worker_cap_factor,
                       stall_deactivate_after_s=args.stall_deactivate_after,
-                      reclaim_budget_per_hour=args.reclaim_budget)
+                      reclaim_budget_per_hour=args.reclaim_budget, resubmit_after_s=args.resubmit_after,
+                      placement=args.placement, pods_ready_timeout_s=args.pods_ready_timeout or None,
+                      pause_invisible_share=args.pause_invisible_share, hang_share=args.hang_share)
         window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node,
-                             util_model=args.util_model)
+                             util_model=args.util_model, resume_share=args.stall_resume_share)
         if args.schedule is not None:
             cfg = replace(cfg, cluster_queue_schedules=team_schedules(cfg.teams, args.schedule, window.start))
     except (ValueError, FileNotFoundError) as e:
@@ -203,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                                      else cfg.stall_deactivate_after_s),
         "reclaim_budget_per_hour": (ScalingDefaults().reclaim_budget_per_hour if cfg.reclaim_budget_per_hour is None
                                     else cfg.reclaim_budget_per_hour), "command": "queuepilot simulate " + " ".join(argv_list),
+        "stall_resume_share": args.stall_resume_share, "resubmit_after_s": cfg.resubmit_after_s,
+        "placement": cfg.placement, "pods_ready_timeout_s": cfg.pods_ready_timeout_s,
+        "pause_invisible_share": cfg.pause_invisible_share, "hang_share": cfg.hang_share,
     }
     out = results(engines, meta, recommendations)
     text = json.dumps(out, indent=2, sort_keys=True)

@@ -37,10 +37,22 @@ class SimNode:
         return sum(1 for o in self.owner if o is not None)
 
 
-class SimCluster:
-    """Nodes of one or more flavors; ``place``/``release`` keep every GPU owned by at most one pod."""
+SPREAD = "spread"  # kube-scheduler's default scoring (NodeResourcesFit LeastAllocated): the emptiest node
+PACK = "pack"  # NodeResourcesFit MostAllocated (bin packing): the fullest node that fits
+PLACEMENTS = (SPREAD, PACK)
 
-    def __init__(self, flavors: dict[str, int], gpus_per_node: int = 8) -> None:
+
+class SimCluster:
+    """Nodes of one or more flavors; ``place``/``release`` keep every GPU owned by at most one pod.
+
+    ``placement`` is the scheduler's choice among the nodes a pod fits on: ``spread`` (the
+    kube-scheduler default, LeastAllocated: the node with the most free GPUs) or ``pack``
+    (MostAllocated: the fewest free GPUs that fit)."""
+
+    def __init__(self, flavors: dict[str, int], gpus_per_node: int = 8, placement: str = SPREAD) -> None:
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
+        self.placement = placement
         self.nodes: list[SimNode] = []
         self.flavors: dict[str, list[SimNode]] = {}
         for flavor, count in flavors.items():
@@ -96,7 +108,10 @@ class SimCluster:
             return False
         for pod_id, need in sorted(pods, key=lambda p: -p[1]):
             nodes = [n for n in self.flavors[flavor] if self._free[n.name] >= need]
-            node = min(nodes, key=lambda n: (self._free[n.name], n.name))
+            if self.placement == SPREAD:
+                node = min(nodes, key=lambda n: (-self._free[n.name], n.name))
+            else:
+                node = min(nodes, key=lambda n: (self._free[n.name], n.name))
             got: list[tuple[SimNode, int]] = []
             for i in range(node.gpus):
                 if len(got) == need:

@@ -85,7 +85,8 @@ from simulator.timed_event import TimedEvent
 from simulator.workload import TASK, Job, team_gpu_shares
 from simulator.writer import SimWriter
 
-POLICIES: tuple[str, ...] = ("queuepilot", "queuepilot-reclaim", "static", "hpa", "ray-idle", "keda", "kueue-quota")
+POLICIES: tuple[str, ...] = ("queuepilot", "queuepilot-reclaim", "static", "hpa", "ray-idle", "keda", "kueue-quota",
+                             "reaper")
 COHORT = "research"
 
 
@@ -98,7 +99,7 @@ class SimConfig:
     pass_delay_s: float = 1.0  # Kueue reacts to a change within a second
     worker_startup_s: float = 90.0  # RayCluster worker: pod start + raylet join
     rayjob_startup_s: float = 60.0  # RayJob: ephemeral cluster start before the entrypoint runs
-    gpu_failure_rate: float = 0.0  # failures per GPU per day
+    gpu_failure_rate: float = 0.01  # failures per GPU per day (docs/simulation.md, "Failures")
     repair_mean_s: float = 6 * 3600.0
     seed: int = 0
     timeline_interval_s: float = 300.0
@@ -116,6 +117,26 @@ class SimConfig:
     # queuepilot policies: the controller's scaling.cluster_queue_schedules as (ClusterQueue, schedule)
     # pairs, the schedules on the simulated clock (``simulator.schedule_clock``; --schedule)
     cluster_queue_schedules: tuple[tuple[str, str], ...] = ()
+    # the scheduler's node choice for pods without a planned placement (simulator/cluster.py): ``spread``,
+    # kube-scheduler's default (NodeResourcesFit LeastAllocated), or ``pack`` (MostAllocated)
+    placement: str = "spread"
+    # Kueue's waitForPodsReady, as a user configures it to cope with admitted workloads whose pods
+    # cannot be placed: evicted after ``pods_ready_timeout_s`` (Kueue's default 5 min) and queued again
+    # after a backoff of ``requeue_base_s * 2^(n-1)`` up to ``requeue_max_s`` (Kueue's defaults 60 s,
+    # 3600 s; requeuingStrategy timestamp Eviction); None: not configured
+    pods_ready_timeout_s: float | None = 300.0
+    requeue_base_s: float = 60.0
+    requeue_max_s: float = 3600.0
+    # a running workload deactivated with work left is submitted again by its owner this long after,
+    # to run from scratch (``--resubmit-after``)
+    resubmit_after_s: float = 1800.0
+    # the reaper baseline's rule (what users run today: every GPU of a workload under 5 % for 2 h)
+    reaper_idle_s: float = 7200.0
+    # what Ray shows of a RayJob in a long idle run (docs/simulation.md, "Ray's view of a stall"): the
+    # share of pauses (idle runs that resume) during which nothing runs or waits on its cluster (waiting
+    # on something outside Ray), and the share of final stalls during which a task still runs (hung)
+    pause_invisible_share: float = 0.2
+    hang_share: float = 0.1
 
 
 # ------------------------------------------------------------------------------------- policies
@@ -139,6 +160,7 @@ class Policy:
     with_check: bool
     settings: dict[str, Any] = field(default_factory=dict)
     baseline: PerGroupScaling | None = None
+    reaper: bool = False  # deactivate every workload whose GPUs all stayed idle ``reaper_idle_s`` (GPU rule)
 
     @property
     def queuepilot_scaling(self) -> bool:
@@ -158,6 +180,8 @@ def make_policy(name: str, teams: Sequence[str], static_replicas: Callable[[str]
         return Policy(name, True, {"scaling": {"reclaim_idle_actors": True}})
     if name == "kueue-quota":
         return Policy(name, False)
+    if name == "reaper":  # Ray's autoscaler and the GPU rule users run today
+        return Policy(name, True, baseline=PerGroupScaling({t: RayIdleScaler() for t in teams}), reaper=True)
     factories: dict[str, Callable[[str], Scaler]] = {
         "static": lambda t: StaticScaler(static_replicas(t)),
         "hpa": lambda t: HpaScaler(),
@@ -187,7 +211,7 @@ class Engine:
         self.window_s = window_s
         self.progress = progress
         self.rng = random.Random(self.cfg.seed * 7919 + 17)
-        self.cluster = SimCluster({self.cfg.flavor: self.cfg.nodes}, self.cfg.gpus_per_node)
+        self.cluster = SimCluster({self.cfg.flavor: self.cfg.nodes}, self.cfg.gpus_per_node, self.cfg.placement)
         total = self.cluster.total_gpus
         shares = team_gpu_shares(jobs, self.cfg.teams)
         self.nominal = _apportion(total, shares)
@@ -208,7 +232,7 @@ class Engine:
         self.workloads: dict[str, SimWorkload] = {}  # not finished
         self.unplaced: list[SimWorkload] = []
         self.run_start: dict[str, float] = {}  # workload name -> when its pods were bound
-        self._started: set[int] = set()
+        self._reaper_idle: dict[str, float] = {}  # reaper: workload -> since when every GPU is idle
         self._pass_at: float | None = None
         self._pass_queued: set[float] = set()  # times with a "pass" event on the heap
         self._operator_batched = False
@@ -221,8 +245,8 @@ class Engine:
             delay = self.cfg.stall_deactivate_after_s
             if delay is not None:
                 stall["deactivate_after"] = f"{delay:g}s"
-                if delay < StallConfig().window_seconds:
-                    stall["window"] = f"{delay:g}s"
+                if delay < StallConfig().window_seconds:  # a delay under the window shortens both Ray's and it
+                    stall["window"] = stall["ray_quiet"] = f"{delay:g}s"
             self.policy.settings = {**self.policy.settings, "stall": stall}
         if self.cfg.reclaim_budget_per_hour is not None and self.policy.reclaims_idle_actors:
             scaling = {**self.policy.settings["scaling"], "reclaim_budget_per_hour": self.cfg.reclaim_budget_per_hour}
@@ -365,17 +389,15 @@ class Engine:
 
     def kueue_check_rejected(self, w: SimWorkload, message: str) -> None:
         """Kueue: Rejected -> deactivated (``spec.active: false``), quota released.  A running workload
-        (the stall reclaim's deactivation) is evicted: its pods go, and the work it had left is lost."""
+        (stall handling's deactivation) is evicted: its pods go; work it had left is lost, and its owner
+        submits it again ``resubmit_after_s`` later (``_deactivate_running``)."""
         if w.state == RUNNING:
-            self.metrics.deactivated += 1
-            self._stop_rayjob(w, killed=True)
+            self._deactivate_running(w)
         else:
             self.metrics.rejected += 1
+            self._end_unplaced(w)
             if w in self.unplaced:
                 self.unplaced.remove(w)
-                if w.unplaceable_since is not None:
-                    self.metrics.unplaceable_s += self.now - w.unplaceable_since
-                    w.unplaceable_since = None
         self.kueue.release(w.cq, w.flavor or self.cfg.flavor, w.gpus)
         w.check_message = message
         w.state = INACTIVE
@@ -456,14 +478,12 @@ class Engine:
         """Censor what is still waiting at the end: it counts with its wait so far."""
         end = self.window_s
         for rc in self.rays.values():
-            for job, _ in rc.queue:
-                if job.id not in self._started:
-                    self.metrics.record_wait(TASK, end - job.submit)
+            for _job, since in rc.queue:
+                self.metrics.record_wait("ray_task", end - since)
         for w in self.workloads.values():
             if w.state != RUNNING and w.state != INACTIVE:
-                self.metrics.record_wait("rayjob", end - w.job.submit)
-            if w.unplaceable_since is not None:
-                self.metrics.unplaceable_s += end - w.unplaceable_since
+                self.metrics.record_wait(wait_class(w.job), end - w.created)
+            self._end_unplaced(w)
 
     # ------------------------------------------------------------------------------- arrivals
     def _on_arrive(self, job: Job) -> None:
@@ -485,7 +505,7 @@ class Engine:
         for wk in sorted(rc.free_ready_workers(self.now), key=lambda x: x.name):
             if not rc.queue:
                 break
-            job, _ = rc.queue.popleft()
+            job, since = rc.queue.popleft()  # (queued since its submission, or since it was killed)
             wk.task = job
             wk.generation += 1
             wk.busy_until = self.now + job.duration
@@ -497,9 +517,7 @@ class Engine:
             self._w_set(rc, wk)
             self.push(wk.busy_until, "busy_end", (rc.team, wk.name, wk.generation))
             wk.end_carrier = wk.end_seq = self._seq
-            if job.id not in self._started:
-                self._started.add(job.id)
-                self.metrics.record_wait(TASK, self.now - job.submit)
+            self.metrics.record_wait("ray_task", self.now - since)
 
     def _on_busy_end(self, data: tuple[str, str, int], seq: int) -> None:
         team, name, gen = data
@@ -580,8 +598,8 @@ class Engine:
             rc.queue.appendleft((wk.task, self.now))  # killed mid-work: restarts from scratch
             self.metrics.tasks_killed += 1
             rc.killed_tasks += 1
-            # the work done so far is lost (the task restarts): its elapsed busy time x its GPU
-            self.metrics.record_killed(min(self.now - wk.started(), _work_s(wk.task)))
+            # the work done so far is lost (the task restarts): its work time so far x its GPU
+            self.metrics.record_killed(work_done(wk.task, self.now - wk.started()))
             if iv is not None and iv[1] > self.now:
                 iv[1] = self.now
         elif wk.task is not None:  # in its idle tail: the actor that held it goes (its warm state, no work)
@@ -626,6 +644,51 @@ class Engine:
             w.unplaceable_since = self.now
             self.metrics.unplaceable_admissions += 1
             self.unplaced.append(w)
+            if self.cfg.pods_ready_timeout_s is not None:  # Kueue's waitForPodsReady
+                self.push(self.now + self.cfg.pods_ready_timeout_s, "pods_ready_timeout", (w, self.now))
+
+    def _end_unplaced(self, w: SimWorkload) -> None:
+        """``w``'s time admitted without its pods bound ends now (counted with the GPUs it held)."""
+        if w.unplaceable_since is not None:
+            self.metrics.record_unplaced(self.now - w.unplaceable_since, w.gpus)
+            w.unplaceable_since = None
+
+    def _on_pods_ready_timeout(self, data: tuple[SimWorkload, float]) -> None:
+        """Kueue's waitForPodsReady: a workload admitted at ``since`` whose pods are still not running is
+        evicted (quota released) and queued again after its backoff (``base * 2^(n-1)``, capped), its
+        queue-order timestamp the eviction (requeuingStrategy timestamp Eviction)."""
+        w, since = data
+        if w.state != ADMITTED or w.admitted_at != since or w.unplaceable_since is None:
+            return
+        self._end_unplaced(w)
+        self.unplaced.remove(w)
+        self.metrics.pods_ready_evictions += 1
+        w.pods_ready_requeues += 1
+        backoff = min(self.cfg.requeue_max_s, self.cfg.requeue_base_s * 2 ** (w.pods_ready_requeues - 1))
+        self.kueue.requeue(w, self.now, backoff)
+        self.request_pass(w.backoff_until)
+
+    def _deactivate_running(self, w: SimWorkload) -> None:
+        """A running workload is deactivated (stall handling, the reaper): its pods go.  Work it had
+        done that its result needs is lost, and its owner submits it again ``resubmit_after_s`` later to
+        run from scratch; one deactivated in its final stall had finished its work (it completed)."""
+        start = self.run_start.get(w.name)
+        t = max(0.0, self.rayjob_running_s(start)) if start is not None else 0.0
+        self.metrics.deactivated += 1
+        total = work_total(w.job)
+        if work_done(w.job, t) >= total:
+            self.metrics.jobs_completed += 1
+        else:
+            self.metrics.resubmitted += 1
+            self.push(self.now + self.cfg.resubmit_after_s, "resubmit", (w.job, w.attempt + 1))
+        self._stop_rayjob(w, killed=True)
+
+    def _on_resubmit(self, data: tuple[Job, int]) -> None:
+        job, attempt = data
+        w = SimWorkload(job, f"cq-{job.team}", created=self.now, queue_ts=self.now, attempt=attempt)
+        self.workloads[w.name] = w
+        self.kueue.submit(w)
+        self.request_pass()
 
     def _place(self, w: SimWorkload, placement: dict[str, dict[str, int]] | None) -> bool:
         job = w.job
@@ -641,10 +704,8 @@ class Engine:
         w.state = RUNNING
         self.kueue.moved(w)
         self.run_start[w.name] = self.now
-        if w.unplaceable_since is not None:
-            self.metrics.unplaceable_s += self.now - w.unplaceable_since
-            w.unplaceable_since = None
-        self.metrics.record_wait("rayjob", self.now - job.submit)
+        self._end_unplaced(w)  # (the pass that placed it drops it from ``unplaced``)
+        self.metrics.record_wait(wait_class(job), self.now - w.created)
         self.push(self.now + self.cfg.rayjob_startup_s + job.duration, "rayjob_end", w)
         self._j_set(w)
         return True
@@ -676,9 +737,9 @@ class Engine:
         for a Ray task killed mid-work; evicted in its stall, its work was done: nothing is lost)."""
         start = self.run_start.pop(w.name, None)
         if killed and start is not None:
-            t = max(0.0, self.rayjob_running_s(start))
-            work = _work_s(w.job)
-            self.metrics.record_killed((t if t < work else 0.0) * w.gpus)
+            done = work_done(w.job, max(0.0, self.rayjob_running_s(start)))
+            if done < work_total(w.job):  # (a job killed in its final stall had finished its work)
+                self.metrics.record_killed(done * w.gpus)
         for i in range(w.job.pods):
             pod = f"{w.namespace}/{w.name}-{i}"
             self.cluster.release(pod)
@@ -724,6 +785,8 @@ class Engine:
                 views = {t: self.group_view(t, now) for t in self.policy.baseline.scalers}
                 for team, action in self.policy.baseline.decide(views).items():
                     self._apply_baseline(self.rays[team], action)
+            if self.policy.reaper:
+                self._reap(now)
         finally:
             self._operator_batched = False
         for rc in self.rays.values():
@@ -734,6 +797,48 @@ class Engine:
         if self.cfg.check_invariants:
             self.check_invariants()
         self.push(now + dt, "tick")
+
+    def _reap(self, now: float) -> None:
+        """The reaper baseline, the rule users run today (a Prometheus rule on ``DCGM_FI_DEV_GPU_UTIL``
+        and a script, or a GPU-idle culler): every running workload whose GPUs all stayed under 5 % for
+        ``reaper_idle_s`` is deactivated, whatever it is doing."""
+        for name, start in list(self.run_start.items()):
+            w = self.workloads.get(name)
+            if w is None or w.state != RUNNING:
+                continue
+            if self.rayjob_util(w, start) >= IDLE_UTIL:
+                self._reaper_idle.pop(name, None)
+                continue
+            since = self._reaper_idle.setdefault(name, now)
+            if now - since >= self.cfg.reaper_idle_s:
+                del self._reaper_idle[name]
+                self.kueue_check_rejected(w, f"reaper: every GPU under {IDLE_UTIL:.0%} for "
+                                             f"{self.cfg.reaper_idle_s / 3600:g}h")
+
+    def rayjob_ray_work(self, w: SimWorkload, start: float) -> tuple[int, int] | None:
+        """What Ray shows of a running RayJob now: (tasks running, tasks waiting) on its cluster, or None
+        while the cluster starts (no Ray signal yet).  Working (its short idle segments included) it runs
+        a task; starting up its first tasks wait; in a pause it runs one (a checkpoint, an evaluation on
+        the CPU) unless the pause is one Ray does not see (``pause_invisible_share`` of them: waiting on
+        something outside Ray); in a final stall nothing runs unless it hangs in a task
+        (``hang_share``: a hung collective)."""
+        t = self.rayjob_running_s(start)
+        if t < 0:
+            return None
+        job = w.job
+        stall = job.stall_start
+        if stall is None or t < stall or t >= job.duration:
+            return (0, 1) if job.phase_at(t) == "starting" else (1, 0)
+        resume = job.stall_end
+        if resume is not None:
+            if t >= resume:
+                return (1, 0)
+            return (0, 0) if self._job_draw(job, 1) < self.cfg.pause_invisible_share else (1, 0)
+        return (1, 0) if self._job_draw(job, 2) < self.cfg.hang_share else (0, 0)
+
+    def _job_draw(self, job: Job, salt: int) -> float:
+        """A uniform in [0, 1) fixed per (seed, job, salt), drawn apart from the run's random stream."""
+        return random.Random(self.cfg.seed * 1_000_003 + job.id * 8 + salt).random()
 
     def _apply_baseline(self, rc: SimRayCluster, action: ScaleAction) -> None:
         """A baseline's action is a spec write too: replicas (within min/max) and workersToDelete."""
@@ -953,10 +1058,36 @@ def run_policies(jobs: Sequence[Job], window_s: float, policies: Sequence[str], 
     return out
 
 
-def _work_s(job: Job) -> float:
-    """Seconds of a job's run that are work: up to its stall, if it stalls before its end."""
+def work_done(job: Job, t: float) -> float:
+    """Seconds of work ``job`` has done ``t`` seconds into its run: not its stall (a final stall from
+    ``stall_start`` on, or a pause ``[stall_start, stall_end)`` it resumes from), nor past its end."""
+    t = min(t, job.duration)
     stall = job.stall_start
-    return job.duration if stall is None or stall >= job.duration else max(0.0, stall)
+    if stall is None or t <= stall:
+        return max(0.0, t)
+    resume = job.stall_end
+    return stall + (max(0.0, t - resume) if resume is not None else 0.0)
+
+
+def work_total(job: Job) -> float:
+    """Seconds of a job's run that are work (its whole duration less its stall or pause)."""
+    return work_done(job, job.duration)
+
+
+def _work_s(job: Job) -> float:
+    """Seconds from a job's start until its work ends: its stall (a final stall) or its end."""
+    stall = job.stall_start
+    if stall is None or stall >= job.duration or job.stall_end is not None:
+        return job.duration
+    return max(0.0, stall)
+
+
+def wait_class(job: Job) -> str:
+    """The wait class of a job (``simulator.metrics.WAIT_CLASSES``): a Ray task, a workload of one pod,
+    or a gang of several."""
+    if job.kind == TASK:
+        return "ray_task"
+    return "single_pod" if job.pods == 1 else "gang"
 
 
 def _after(now: float, t: float) -> float:

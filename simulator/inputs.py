@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from simulator.utilization import DEFAULT_MODEL, MODELS
+from simulator.utilization import DEFAULT_MODEL, DEFAULT_RESUME_SHARE, MODELS, PhasedModel
 from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
 
 DEFAULT_START = "2017-10-03"
@@ -53,6 +53,27 @@ def positive_factor(text: str) -> float:
     return _number(text, allow_zero=False)
 
 
+def share(text: str) -> float:
+    """An argparse type: a number in [0, 1] (``--stall-resume-share``, ``--hang-share``, ...)."""
+    value = _number(text, allow_zero=True)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be a share in [0, 1], got {text}")
+    return value
+
+
+def duration(text: str) -> float:
+    """An argparse type: a duration (``90``, ``90s``, ``30m``, ``2h``, ``1h30m``) of at most 30 days."""
+    from autoscaler.core.policy.config import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except (ValueError, TypeError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 <= value <= 30 * 86400:
+        raise argparse.ArgumentTypeError(f"must be a duration of at most 30 days, got {text!r}")
+    return value
+
+
 def check_writable(path: Path, *, directory: bool) -> None:
     """Fail before the run, not after it: create ``path`` (a directory) or its parent, and write a probe."""
     where = path if directory else path.parent
@@ -67,15 +88,18 @@ def check_writable(path: Path, *, directory: bool) -> None:
 
 
 def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
-                util_model: str = DEFAULT_MODEL) -> TraceWindow:
+                util_model: str = DEFAULT_MODEL, resume_share: float = DEFAULT_RESUME_SHARE) -> TraceWindow:
     """The jobs of ``hours`` from ``start`` of ``trace`` (a Philly-format CSV, or ``synthetic``), each
-    with its utilization drawn under ``util_model`` from ``seed``; jobs larger than ``max_gpus`` dropped
-    and counted.  A bad model, a missing trace or a start outside it is a ValueError or
-    FileNotFoundError whose message a CLI prints as is."""
+    with its utilization drawn under ``util_model`` from ``seed`` (``resume_share`` of its long idle runs
+    pauses that resume, where the model has long idle runs); jobs larger than ``max_gpus`` dropped and
+    counted.  A bad model, a missing trace or a start outside it is a ValueError or FileNotFoundError
+    whose message a CLI prints as is."""
     if util_model not in MODELS:
         raise ValueError(f"unknown utilization model {util_model!r} (known: {', '.join(sorted(MODELS))})")
+    model = MODELS[util_model]
+    model = model.with_resume_share(resume_share) if isinstance(model, PhasedModel) else model
     if trace == "synthetic":
-        return synthetic(hours, seed, max_gpus, util_model=util_model)
+        return synthetic(hours, seed, max_gpus, util_model=model)
     path = Path(trace)
     if not path.is_file():
         raise FileNotFoundError(f"trace not found: {path} (set QUEUEPILOT_SHARED or pass --trace)")
@@ -83,7 +107,7 @@ def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
         begin = parse_start(start)
     except ValueError:
         raise ValueError(f"--start {start!r} is not an ISO date/time (e.g. 2017-10-03 or 2017-10-03T08:00)") from None
-    window = load_philly(path, begin, hours, seed, max_gpus, util_model=util_model)
+    window = load_philly(path, begin, hours, seed, max_gpus, util_model=model)
     first, last = window.trace_range
     if first is not None and last is not None and not first <= begin <= last:
         raise ValueError(f"--start {start} is outside the trace, which runs from {first:%Y-%m-%d %H:%M} "

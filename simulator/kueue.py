@@ -52,6 +52,8 @@ class SimWorkload:
     check_changed_at: float | None = None
     unplaceable_since: float | None = None
     retries: int = 0
+    pods_ready_requeues: int = 0  # evictions by waitForPodsReady (Kueue's requeueState.count)
+    attempt: int = 0  # 0: as first submitted; n: its owner's n-th resubmission after a deactivation
     version: int = 0
     # derived from the job once (a month builds millions of snapshots and queue scans)
     name: str = field(init=False, default="")  # rayjob-<id>
@@ -60,7 +62,7 @@ class SimWorkload:
     uid: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
-        self.name = f"rayjob-{self.job.id}"
+        self.name = f"rayjob-{self.job.id}" + (f"-r{self.attempt}" if self.attempt else "")
         self.namespace = self.job.team
         self.gpus = self.job.pods * self.job.gpus_per_pod
         self.uid = f"uid-{self.job.id}"

@@ -1,12 +1,21 @@
 """What a simulation run measures, and the JSON it reports per policy (the ``simulate --json`` contract).
 
-- queue wait: submission -> start (a Ray task on a worker; a RayJob's pods bound), per job, in
-  seconds, including admission-check holds and Retry backoffs (what the user waits);
+- queue wait: submission -> start (a Ray task on a worker; a RayJob's pods bound), per start, in
+  seconds, including admission-check holds, Retry and eviction backoffs (what the user waits); a Ray
+  task killed mid-work waits again from the kill, a resubmitted workload from its resubmission; by
+  class (``WAIT_CLASSES``): ``ray_task`` (a 1-GPU task on a team's RayCluster), ``single_pod`` (a
+  workload of one pod, any GPUs), ``gang`` (a workload of several pods), ``workload`` (both);
 - ``gpu_util_allocated``: used GPU-seconds / allocated GPU-seconds (0-1);
 - ``idle_gpu_hours``: GPU-hours allocated to a pod while the GPU ran under 5 % (the idle threshold of the
   Philly utilization studies, docs/simulation.md);
-- ``unplaceable_admissions`` / ``unplaceable_hours``: workloads admitted by Kueue whose pods could
-  not be bound at admission, and the workload-hours they spent so;
+- ``unplaceable_admissions`` / ``unplaceable_hours`` / ``unplaceable_gpu_hours``: workloads admitted by
+  Kueue whose pods could not be bound at admission, the workload-hours they spent so and the GPU-hours
+  of quota they held meanwhile; ``pods_ready_evictions``: those Kueue evicted after
+  ``waitForPodsReady.timeout`` (and queued again after its backoff);
+- ``completed_jobs``: jobs whose work finished (a Ray task's, a workload's; a workload deactivated in
+  its final stall had finished its work); ``deactivated_workloads``: running workloads deactivated (stall
+  handling, the reaper); ``resubmitted_workloads``: those of them with work left, which their owner
+  submitted again (``resubmit_after`` later) to run from scratch;
 - ``scale_events``: changes of a worker group's ``replicas``; ``reversals_10m``: a change in the
   opposite direction of the group's previous change within 600 s;
 - ``idle_gpu_hours_by_class``: the idle GPU-hours split by why the GPU sat idle (``IDLE_CLASSES``:
@@ -28,6 +37,7 @@ from typing import Any
 import numpy as np
 
 IDLE_UTIL = 0.05
+WAIT_CLASSES = ("ray_task", "single_pod", "gang")
 IDLE_CLASSES = ("empty", "starting", "idle_actor", "stalled", "in_job")
 CONTROLLABLE_CLASSES = ("empty", "starting", "idle_actor", "stalled")
 REVERSAL_WINDOW_S = 600.0
@@ -37,8 +47,7 @@ STABILIZATION_WINDOW_S = 300.0  # the HPA-style scale-down stabilization window
 @dataclass
 class RunMetrics:
     waits: list[float] = field(default_factory=list)
-    waits_task: list[float] = field(default_factory=list)
-    waits_rayjob: list[float] = field(default_factory=list)
+    waits_by_class: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in WAIT_CLASSES})
     allocated_gpu_s: float = 0.0
     used_gpu_s: float = 0.0
     idle_gpu_s: float = 0.0
@@ -48,6 +57,9 @@ class RunMetrics:
     lower_bound_idle_gpu_s: float = 0.0  # set by the engine at the end of the run
     unplaceable_admissions: int = 0
     unplaceable_s: float = 0.0
+    unplaceable_gpu_s: float = 0.0
+    pods_ready_evictions: int = 0
+    resubmitted: int = 0
     scale_events: int = 0
     reversals_10m: int = 0
     reversals_5m: int = 0
@@ -64,9 +76,15 @@ class RunMetrics:
     last_change: dict[str, tuple[float, int]] = field(default_factory=dict)  # group -> (t, +1/-1)
     timeline: list[tuple[float, int, int, float, int]] = field(default_factory=list)
 
-    def record_wait(self, kind: str, seconds: float) -> None:
+    def record_wait(self, klass: str, seconds: float) -> None:
+        """One start's wait, of class ``klass`` (``WAIT_CLASSES``)."""
         self.waits.append(seconds)
-        (self.waits_task if kind == "task" else self.waits_rayjob).append(seconds)
+        self.waits_by_class[klass].append(seconds)
+
+    def record_unplaced(self, seconds: float, gpus: int) -> None:
+        """A workload admitted without its pods bound for ``seconds``, holding ``gpus`` of quota."""
+        self.unplaceable_s += seconds
+        self.unplaceable_gpu_s += seconds * gpus
 
     def record_scale(self, group: str, now: float, old: int, new: int) -> None:
         if new == old:
@@ -105,8 +123,8 @@ class RunMetrics:
 
     def summary(self) -> dict[str, Any]:
         w = np.asarray(self.waits, dtype=float)
-        by_class = {"ray_task": np.asarray(self.waits_task, dtype=float),
-                    "workload": np.asarray(self.waits_rayjob, dtype=float)}
+        by_class = {k: np.asarray(v, dtype=float) for k, v in self.waits_by_class.items()}
+        by_class["workload"] = np.asarray(self.waits_by_class["single_pod"] + self.waits_by_class["gang"], dtype=float)
 
         def pct(q: float, a: np.ndarray = w) -> float:
             return round(float(np.percentile(a, q)), 1) if a.size else 0.0
@@ -126,8 +144,8 @@ class RunMetrics:
             "wait_mean_s": round(float(w.mean()), 1) if w.size else 0.0,
             "jobs_submitted": self.jobs_submitted,
             "allocated_gpu_hours": round(self.allocated_gpu_s / 3600, 1),
-            "task_wait_p95_s": pct(95, np.asarray(self.waits_task, dtype=float)),
-            "rayjob_wait_p95_s": pct(95, np.asarray(self.waits_rayjob, dtype=float)),
+            "task_wait_p95_s": pct(95, by_class["ray_task"]),
+            "rayjob_wait_p95_s": pct(95, by_class["workload"]),
             "reversals_5m": self.reversals_5m,
             "down_after_up_5m": self.down_after_up_5m,
             "tasks_killed": self.tasks_killed,
@@ -150,6 +168,11 @@ class RunMetrics:
             "wait_p99_s_by_class": {k: pct(99, a) for k, a in by_class.items()},
             "scale_downs_after_up_300s": self.down_after_up_5m,
             "stall_deactivations": self.deactivated,
+            "completed_jobs": self.jobs_completed,
+            "deactivated_workloads": self.deactivated,
+            "resubmitted_workloads": self.resubmitted,
+            "unplaceable_gpu_hours": round(self.unplaceable_gpu_s / 3600, 1),
+            "pods_ready_evictions": self.pods_ready_evictions,
         }
 
 

@@ -5,7 +5,9 @@ would hold them (``ClusterObjects``: Workloads, ClusterQueues, LocalQueues, the 
 AdmissionCheck, each team's RayCluster, the Nodes and the Pods of Ray workers and running RayJobs),
 the GPU signal as the exporters report it (``GpuReading``: every GPU's health, utilization and the
 pod it is attributed to) and Ray's status of each RayCluster (``RayStatus``: pending demand, each
-worker's busy state and running tasks, as the dashboard's state API reports them).  A snapshot is
+worker's busy state and running tasks, as the dashboard's state API reports them).  A running RayJob
+is its RayJob (``RayJobState``) and the RayCluster it created (labelled with its origin, its pods that
+cluster's workers), whose Ray status says what runs and waits on it (``Engine.rayjob_ray_work``).  A snapshot is
 ``SnapshotBuilder.build`` over those inputs: the controller's own joins (flavor -> nodes, node ->
 requests and GPUs, RayCluster -> workers with their GPU utilization and Ray state, queue names ->
 ClusterQueues), so every policy the simulator runs reads what the deployed controller would read,
@@ -25,6 +27,7 @@ from typing import Protocol
 
 from autoscaler.cluster.source import ClusterObjects, PodView, RayClusterView, RayDashboardTarget
 from autoscaler.controller.snapshot_builder import BuildConfig, SnapshotBuilder
+from autoscaler.core.policy.ray_evidence import RAY_ORIGIN_KIND_LABEL, RAY_ORIGIN_NAME_LABEL
 from autoscaler.core.snapshot import (
     AUTOSCALE_ANNOTATION,
     ELASTIC_JOB_ANNOTATION,
@@ -42,6 +45,7 @@ from autoscaler.core.snapshot import (
     PodSetSpec,
     RayClusterState,
     RayDemand,
+    RayJobState,
     WorkerGroupState,
     WorkloadState,
     frozen_map,
@@ -68,6 +72,8 @@ _RAY_LABELS = frozen_map({QUEUE_NAME_LABEL: "default"})
 _RAY_RESOURCES = frozen_map({"GPU": 1.0, "CPU": WORKER_CPU})
 _WORKER_TOTAL = frozen_map({"GPU": 1.0, "CPU": WORKER_CPU})
 _WORKER_HELD = frozen_map({"GPU": 0.0, "CPU": 0.0})
+RAYJOB_GROUP = "workers"  # a RayJob's cluster's one worker group (its pods)
+_RAYJOB_ANNOTATIONS = frozen_map({})  # a RayJob's cluster is not opted in to scaling
 
 
 class SimWorld(Protocol):
@@ -78,6 +84,8 @@ class SimWorld(Protocol):
     rays: Mapping[str, SimRayCluster]
     run_start: Mapping[str, float]
     checks_active: Mapping[str, bool]
+
+    def rayjob_ray_work(self, w: SimWorkload, start: float) -> tuple[int, int] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +132,11 @@ class SimSnapshotBuilder:
         self._checks: tuple[tuple[tuple[str, bool], ...], Mapping[str, AdmissionCheckObj]] | None = None
         self._checks_version = 0
         self._workloads: dict[str, tuple[int, WorkloadState]] = {}
-        self._rayjob_pods: dict[str, tuple[float, tuple[tuple[str, PodView], ...]]] = {}
+        self._rayjob_pods: dict[str, tuple[float, tuple[RayJobState, RayClusterView,
+                                                        tuple[tuple[str, PodView], ...]]]] = {}
         self._ray_views: dict[str, tuple[tuple[object, ...], RayClusterView]] = {}
+        # a running RayJob's Ray status parts while what it reports is the same (running, waiting)
+        self._rayjob_ray: dict[str, tuple[tuple[int, int], tuple[RayNodeInfo, ...], tuple[RayDemand, ...]]] = {}
         self._workers: dict[str, WorkerViews[WorkerView]] = {}
         # the GPU signal: each node's GPUs, made again when a pod, a health or a utilization on it moved
         self._gpus: dict[str, tuple[GpuState, ...]] = {}
@@ -142,6 +153,7 @@ class SimSnapshotBuilder:
         """``w`` is gone (finished or deactivated)."""
         self._workloads.pop(f"{w.namespace}/{w.name}", None)
         self._rayjob_pods.pop(w.name, None)
+        self._rayjob_ray.pop(w.name, None)
 
     # ------------------------------------------------------------------------- the watched objects
     def workload_view(self, w: SimWorkload) -> WorkloadState:
@@ -245,19 +257,32 @@ class SimSnapshotBuilder:
         )
         return WorkerView(pod, node)
 
-    def rayjob_pods(self, w: SimWorkload, start: float) -> tuple[tuple[str, PodView], ...]:
-        """A running RayJob's pods ("<namespace>/<pod>", view), bound since ``start``."""
+    def rayjob_views(self, w: SimWorkload, start: float) -> tuple[RayJobState, RayClusterView,
+                                                                  tuple[tuple[str, PodView], ...]]:
+        """A running RayJob (bound since ``start``): its RayJob, the RayCluster it created and that
+        cluster's pods ("<namespace>/<pod>", view)."""
         cached = self._rayjob_pods.get(w.name)
         if cached is not None and cached[0] == start:
             return cached[1]
+        cluster = rayjob_cluster_name(w)
         pods = []
         for i in range(w.job.pods):
             key = f"{w.namespace}/{w.name}-{i}"
             pods.append((key, PodView(
                 namespace=w.namespace, name=f"{w.name}-{i}", node=self.cluster.node_of(key), phase="Running",
                 ready=True, deleting=False, ip=None, created_at=start, gpu_requests=w.job.gpus_per_pod,
+                ray_cluster=cluster, ray_group=RAYJOB_GROUP, ray_node_type="worker",
             )))
-        out = tuple(pods)
+        group = WorkerGroupState(name=RAYJOB_GROUP, replicas=w.job.pods, min_replicas=w.job.pods,
+                                 max_replicas=w.job.pods, gpus_per_worker=w.job.gpus_per_pod)
+        rc = RayClusterState(
+            namespace=w.namespace, name=cluster, uid=f"uid-{cluster}", resource_version="1",
+            annotations=_RAYJOB_ANNOTATIONS, labels=frozen_map({RAY_ORIGIN_NAME_LABEL: w.name,
+                                                                RAY_ORIGIN_KIND_LABEL: "RayJob"}),
+            groups=(group,), created_at=start,
+        )
+        out = (RayJobState(w.namespace, w.name, w.uid, job_status="RUNNING", deployment_status="Running",
+                           cluster_name=cluster), RayClusterView(rc, None), tuple(pods))
         self._rayjob_pods[w.name] = (start, out)
         return out
 
@@ -271,10 +296,14 @@ class SimSnapshotBuilder:
             rays[view.state.key] = view
             for wv in self.worker_views(rc, now):
                 pods[f"{rc.namespace}/{wv.pod.name}"] = wv.pod
+        ray_jobs: dict[str, RayJobState] = {}
         for name, start in world.run_start.items():
             w = world.workloads.get(name)
             if w is not None:
-                pods.update(self.rayjob_pods(w, start))
+                job, view, job_pods = self.rayjob_views(w, start)
+                ray_jobs[job.key] = job
+                rays[view.state.key] = view
+                pods.update(job_pods)
         return ClusterObjects(
             workloads={f"{w.namespace}/{w.name}": self.workload_view(w) for w in world.workloads.values()},
             cluster_queues=self.cluster_queues(),
@@ -282,6 +311,7 @@ class SimSnapshotBuilder:
             flavors=self._flavors,
             admission_checks=self.admission_checks(),
             ray_clusters=rays,
+            ray_jobs=ray_jobs,
             nodes=self._nodes,
             pods=pods,
         )
@@ -320,15 +350,46 @@ class SimSnapshotBuilder:
         nodes = tuple(wv.ray_node for wv in self.worker_views(rc, now) if wv.ray_node is not None)
         return RayStatus(demand=demand, nodes=nodes, source="state_api", autoscaler_version="v2", observed_at=now)
 
+    def rayjob_status(self, w: SimWorkload, start: float, now: float) -> RayStatus | None:
+        """Ray's status of a running RayJob's cluster now (None while it starts: no Ray signal yet)."""
+        work = self.world.rayjob_ray_work(w, start)
+        if work is None:
+            return None
+        cached = self._rayjob_ray.get(w.name)
+        if cached is None or cached[0] != work:  # what Ray reports moved: its node list and demand anew
+            running, waiting = work
+            demand = (RayDemand("task", frozen_map({"CPU": 1.0}), count=waiting),) if waiting else ()
+            total = frozen_map({"GPU": float(w.job.gpus_per_pod), "CPU": WORKER_CPU})
+            nodes = tuple(RayNodeInfo(
+                node_id=f"{w.name}-{i}", node_ip="", pod_name=f"{w.name}-{i}", is_head=False, alive=True,
+                total=total, available=total, busy=i < running, idle_seconds=None, cpu_utilization=None,
+                memory_utilization=None, group=RAYJOB_GROUP, running_tasks=1 if i < running else 0)
+                for i in range(w.job.pods))
+            cached = self._rayjob_ray[w.name] = (work, nodes, demand)
+        return RayStatus(demand=cached[2], nodes=cached[1], source="state_api", autoscaler_version="v2",
+                         observed_at=now)
+
     def ray_observations(self, now: float) -> dict[str, RayObservation]:
-        return {f"{rc.namespace}/{rc.name}": RayObservation(self.ray_status(rc, now), now)
-                for rc in self.world.rays.values()}
+        out = {f"{rc.namespace}/{rc.name}": RayObservation(self.ray_status(rc, now), now)
+               for rc in self.world.rays.values()}
+        world = self.world
+        for name, start in world.run_start.items():
+            w = world.workloads.get(name)
+            status = self.rayjob_status(w, start, now) if w is not None else None
+            if w is not None and status is not None:
+                out[f"{w.namespace}/{rayjob_cluster_name(w)}"] = RayObservation(status, now)
+        return out
 
     # ------------------------------------------------------------------------------------ snapshot
     def build(self, now: float) -> ClusterSnapshot:
         """The snapshot at ``now``: the controller's ``SnapshotBuilder`` over the inputs above."""
         self.builds += 1
         return self._builder.build(self.objects(now), self.gpu_reading(now), self.ray_observations(now), now)
+
+
+def rayjob_cluster_name(w: SimWorkload) -> str:
+    """The RayCluster a RayJob created (KubeRay names it ``<rayjob>-raycluster-<suffix>``)."""
+    return f"{w.name}-raycluster"
 
 
 def dashboard_target(rc: SimRayCluster) -> RayDashboardTarget:

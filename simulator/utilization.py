@@ -141,7 +141,8 @@ class ScatteredProfile:
 class PhasedProfile:
     """``[0, start_end)`` starting at ``start_util``; then 5-minute segments (counted from 0), each
     idle with probability ``idle_p`` or at one of ``levels`` (picked by a hash of ``key`` and the
-    segment); from ``stall_start`` (if any) to ``end`` stalled at 0 %.  Outside ``[0, end)`` the job
+    segment); from ``stall_start`` (if any) stalled at 0 %: to ``end`` (a final stall), or to
+    ``stall_end`` (a pause, after which the job works again until ``end``).  Outside ``[0, end)`` the job
     is not running: ``starting`` before 0 (an engine's own start-up), ``stalled`` (0 %) from ``end``."""
 
     key: int
@@ -151,6 +152,7 @@ class PhasedProfile:
     stall_start: float | None
     idle_p: float
     levels: tuple[float, ...]
+    stall_end: float | None = None  # a pause's end (None: the stall is final)
     stop: float = field(default=0.0, init=False, repr=False, compare=False)  # the active phase's end
 
     def __post_init__(self) -> None:
@@ -172,7 +174,12 @@ class PhasedProfile:
             return STARTING, self.start_util, self.start_end
         stop = self.stop
         if t >= stop:
-            return STALLED, 0.0, math.inf
+            resume = self.stall_end
+            if resume is None or t >= self.end:
+                return STALLED, 0.0, math.inf
+            if t < resume:
+                return STALLED, 0.0, resume  # a pause: the job works again at its end
+            stop = self.end
         nxt = min(stop, (math.floor(t / SEGMENT_S) + 1) * SEGMENT_S)
         # the segment's draw, a uniform in [0, 1) from (job key, segment): two rounds of
         # multiply-xorshift, 32 bits (written out here: the ledger asks it at every change)
@@ -255,12 +262,27 @@ SERVING = PhasedParams(
 )
 
 
-class PhasedModel:
-    """``grounded`` and ``serving``: start-up, active (with idle segments), optional stalled tail."""
+# the share of long idle runs that are pauses the job resumes from (``--stall-resume-share``); no trace
+# records it: docs/simulation.md, "Stall structure", argues the default and the page sweeps it
+DEFAULT_RESUME_SHARE = 0.25
 
-    def __init__(self, name: str, params: PhasedParams) -> None:
+
+class PhasedModel:
+    """``grounded`` and ``serving``: start-up, active (with idle segments), an optional long idle run:
+    a stalled tail, or, for a share ``resume_share`` of the jobs that have one, a pause of the same
+    length at a uniform place within the run, after which the job works again (docs/simulation.md,
+    "Stall structure")."""
+
+    def __init__(self, name: str, params: PhasedParams, resume_share: float = 0.0) -> None:
+        if not 0.0 <= resume_share <= 1.0:
+            raise ValueError(f"the stall resume share must be in [0, 1], not {resume_share!r}")
         self.name = name
         self.params = params
+        self.resume_share = resume_share
+
+    def with_resume_share(self, share: float) -> PhasedModel:
+        """The same model with ``share`` of its long idle runs pauses that resume."""
+        return PhasedModel(self.name, self.params, share)
 
     def _level(self, rng: random.Random, mean: float) -> float:
         p = self.params
@@ -287,7 +309,19 @@ class PhasedModel:
             mean = p.level_a * math.exp(rng.gauss(0.0, p.level_b))
         levels = tuple(self._level(rng, mean) for _ in range(p.n_levels))
         key = rng.getrandbits(32)
-        prof = PhasedProfile(key, end, start, 0.0, stall, min(idle_p, 0.999), levels)
+        resume: float | None = None
+        if stall is not None and self.resume_share > 0.0:
+            # whether the long idle run is a pause, and where, from the job's own stream (so the share moves
+            # no other job's draws): a pause of the stall's length, placed uniformly between the start-up and
+            # the end
+            own = random.Random(key * 2 + 1)
+            if own.random() < self.resume_share:
+                length = end - stall
+                stall = start + own.random() * max(0.0, end - start - length)
+                resume = stall + length
+        prof = PhasedProfile(key, end, start, 0.0, stall, min(idle_p, 0.999), levels, resume)
+        if resume is not None:  # a pause inside the run: the task (or the RayJob) works to its end
+            return JobUtil(prof.mean_util(0.0, end), end, 0.0, prof)
         if gpus == 1:  # a Ray task: works until the stall, then its actor holds the GPU idle
             work = end if stall is None else stall
             return JobUtil(prof.mean_util(0.0, work), work, end - work, prof)
@@ -296,9 +330,9 @@ class PhasedModel:
 
 SCATTERED = ScatteredModel()
 MODELS: dict[str, UtilModel] = {
-    "grounded": PhasedModel("grounded", GROUNDED),
+    "grounded": PhasedModel("grounded", GROUNDED, DEFAULT_RESUME_SHARE),
     "scattered": SCATTERED,
-    "serving": PhasedModel("serving", SERVING),
+    "serving": PhasedModel("serving", SERVING, DEFAULT_RESUME_SHARE),
 }
 DEFAULT_MODEL = "grounded"
 

@@ -98,11 +98,16 @@ class Job:
 
     @property
     def stall_start(self) -> float | None:
-        """Seconds into the run at which the job stalls (0 % until ``allocation``), None if never.
-        Ending the job there loses no work (a stall-reclaim policy may)."""
+        """Seconds into the run at which the job's long idle run starts (0 %), None if it has none."""
         if self.profile is not None:
             return self.profile.stall_start
         return self.duration if self.idle_tail > 0 else None
+
+    @property
+    def stall_end(self) -> float | None:
+        """Where the long idle run ends when it is a pause the job resumes from; None for a final stall
+        (0 % until ``allocation``: ending the job there loses no work) or no stall."""
+        return getattr(self.profile, "stall_end", None) if self.profile is not None else None
 
     def util_at(self, t_running: float) -> float:
         """GPU utilization (0-1) ``t_running`` seconds into the job's run (pure, deterministic)."""

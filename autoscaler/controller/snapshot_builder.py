@@ -89,10 +89,17 @@ def _ray_cluster(
     local_queues: Mapping[str, LocalQueueState],
     ray_stale: float,
 ) -> RayClusterState:
+    status = obs.status if obs else None
+    return _ray_signal(_ray_workers(view, workers_by_group, util_by_pod, status), obs, local_queues, ray_stale)
+
+
+def _ray_workers(view: RayClusterView, workers_by_group: Mapping[str, list[PodView]],
+                 util_by_pod: Mapping[tuple[str, str], float], status: Any) -> RayClusterState:
+    """The RayCluster with its workers: each worker pod joined to its GPUs' utilization and to Ray's
+    view of its node (by pod name, else by pod IP)."""
     rc = view.state
     nodes_by_pod: dict[str, Any] = {}
     nodes_by_ip: dict[str, Any] = {}
-    status = obs.status if obs else None
     for info in getattr(status, "nodes", ()) or ():
         if getattr(info, "pod_name", None):
             nodes_by_pod[info.pod_name] = info
@@ -120,10 +127,17 @@ def _ray_cluster(
                 )
             )
         groups.append(dataclasses.replace(g, workers=tuple(workers)) if workers else g)
+    return dataclasses.replace(rc, groups=tuple(groups))
+
+
+def _ray_signal(rc: RayClusterState, obs: RayObservation | None, local_queues: Mapping[str, LocalQueueState],
+                ray_stale: float) -> RayClusterState:
+    """The RayCluster (with its workers) with Ray's pending demand, the Ray signal's freshness and its
+    ClusterQueue."""
+    status = obs.status if obs else None
     demand: tuple[RayDemand, ...] = tuple(getattr(status, "demand", ()) or ())
     return dataclasses.replace(
         rc,
-        groups=tuple(groups),
         demand=demand,
         demand_signal=SignalStatus(f"ray/{rc.namespace}/{rc.name}", obs.observed_at if obs else None, ray_stale),
         cluster_queue=_resolve_cq(local_queues, rc.namespace, rc.labels.get(QUEUE_NAME_LABEL)),
@@ -256,25 +270,35 @@ class SnapshotBuilder:
                     wl_memo[key] = (w, cq, wl_out)
         self._workloads = wl_memo
 
+        # a RayCluster in two steps, each kept while its own inputs are the same: its workers (the view,
+        # the worker pods and their GPUs' utilization, Ray's node list), then Ray's demand and the signal's
+        # freshness (a new observation of the same nodes rebuilds only this step)
         ray_clusters: dict[str, RayClusterState] = {}
-        ray_memo: dict[str, tuple[tuple[Any, ...], RayClusterState]] = {}
+        ray_memo: dict[str, tuple[tuple[Any, ...], RayClusterState, tuple[Any, ...], RayClusterState]] = {}
         for key, v in rcs_in.items():
             by_group = workers.get((v.state.namespace, v.state.name), {})
             obs = ray_obs.get(key)
+            status = obs.status if obs else None
             cq = _resolve_cq(local_queues, v.state.namespace, v.state.labels.get(QUEUE_NAME_LABEL))
-            signature = (
-                v, obs, cq, config.ray_stale_seconds,
+            joined = (
+                v, getattr(status, "nodes", None),
                 tuple((g, tuple((p, util_by_pod.get((p.namespace, p.name))) for p in pods))
                       for g, pods in sorted(by_group.items())),
             )
-            old_rc = self._rays.get(key)
-            if old_rc is not None and old_rc[0] == signature:
-                out_rc = old_rc[1]
+            old = self._rays.get(key)
+            if old is not None and old[0] == joined:
+                with_workers = old[1]
+            else:
+                with_workers = _ray_workers(v, by_group, util_by_pod, status)
+            signalled = (with_workers, getattr(status, "demand", None), obs.observed_at if obs else None, cq,
+                         config.ray_stale_seconds)
+            if old is not None and old[2] == signalled:
+                out_rc = old[3]
                 reused += 1
             else:
-                out_rc = _ray_cluster(v, by_group, util_by_pod, obs, local_queues, config.ray_stale_seconds)
+                out_rc = _ray_signal(with_workers, obs, local_queues, config.ray_stale_seconds)
             ray_clusters[key] = out_rc
-            ray_memo[key] = (signature, out_rc)
+            ray_memo[key] = (joined, with_workers, signalled, out_rc)
         self._rays = ray_memo
 
         signals: dict[str, SignalStatus] = {"gpu": SignalStatus("gpu", gpu.observed_at, config.gpu_stale_seconds)}

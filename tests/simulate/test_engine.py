@@ -85,8 +85,8 @@ def test_retry_requeues_after_backoff():
     assert k.schedule(65.0, ("f",)) == [w]
 
 
-def _failed_gpu_engine(policy: str) -> Engine:
-    cfg = SimConfig(nodes=1, teams=("team-a",), check_invariants=True)
+def _failed_gpu_engine(policy: str, **cfg_kw) -> Engine:
+    cfg = SimConfig(nodes=1, teams=("team-a",), check_invariants=True, **{"pods_ready_timeout_s": None, **cfg_kw})
     e = Engine([Job(0, "team-a", 10.0, 300.0, 8, 0.5)], 900.0, policy, cfg)
     e.cluster.fail(e.cluster.nodes[0], 3)  # XID 79 on one of the node's 8 GPUs
     return e

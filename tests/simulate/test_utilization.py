@@ -112,22 +112,25 @@ def test_phases_agree_with_values(name):
         if gpus > 1:
             assert job.idle_tail == 0.0
         st = job.stall_start
+        resume = job.stall_end  # a pause the job resumes from (--stall-resume-share), else a final stall
         if st is not None:
             assert 0.0 <= st <= job.allocation
-            if gpus == 1:  # a Ray task's stall is its idle tail: the work ends where the stall starts
+            if gpus == 1 and resume is None:  # a Ray task's final stall is its idle tail: the work ends there
                 assert st == job.duration and job.idle_tail > 0
+            if resume is not None:  # a pause inside the run: the task works to its end, no tail
+                assert st < resume <= job.allocation + 1e-6 and job.idle_tail == 0.0
         t = 0.0
         while t < job.allocation:
             ph, v = job.phase_at(t), job.util_at(t)
             assert ph in PHASES and 0.0 <= v <= 1.0
             if ph == STALLED:
                 stalled_seen += 1
-                assert v == 0.0 and st is not None and t >= st
+                assert v == 0.0 and st is not None and t >= st and (resume is None or t < resume)
             elif ph == "in_job_idle":
                 assert v == 0.0
             elif ph == "active":
                 assert v >= 0.01
-            if st is not None and t >= st:
+            if st is not None and t >= st and (resume is None or t < resume):
                 assert ph == STALLED
             nxt = u.profile.next_change(t)
             assert nxt > t

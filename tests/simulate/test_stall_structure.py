@@ -1,0 +1,87 @@
+"""The stall structure (``--stall-resume-share``): long idle runs that are final stalls or pauses the job
+resumes from, the work a deactivation loses, the owner's resubmission, the reaper baseline's GPU rule and
+the controller's Ray-aware stall handling on the same jobs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from simulator.engine import Engine, SimConfig, work_done, work_total
+from simulator.utilization import MODELS, PhasedModel, PhasedProfile
+from simulator.workload import Job
+
+H = 3600.0
+
+
+def _job(stall: float | None, resume: float | None, *, end: float = 6 * H, gpus: int = 8, job_id: int = 7) -> Job:
+    """A job at 80 % but for its long idle run: ``[stall, resume)`` (a pause) or from ``stall`` on (final)."""
+    prof = PhasedProfile(job_id, end, 60.0, 0.0, stall, 0.0, (0.8,), resume)
+    return Job(job_id, "team-a", 10.0, end, gpus, 0.8, 0.0, prof)
+
+
+def test_work_done_leaves_out_the_stall_and_the_pause():
+    final = _job(4 * H, None)
+    assert work_total(final) == 4 * H
+    assert [work_done(final, t) for t in (H, 4 * H, 5 * H, 9 * H)] == [H, 4 * H, 4 * H, 4 * H]
+    pause = _job(H, 3 * H)
+    assert work_total(pause) == 4 * H  # 6 h less the 2-h pause
+    assert [work_done(pause, t) for t in (H / 2, 2 * H, 3 * H, 5 * H, 6 * H)] == [H / 2, H, H, 3 * H, 4 * H]
+    assert pause.util_at(2 * H) == 0.0 and pause.util_at(3.5 * H) == 0.8  # it works again after the pause
+
+
+def test_the_resume_share_turns_stalls_into_pauses_of_the_same_length():
+    base = MODELS["grounded"]
+    assert isinstance(base, PhasedModel)
+    draws = {}
+    for share in (0.0, 1.0):
+        model = base.with_resume_share(share)
+        draws[share] = [model.draw(random.Random(i), i, 8 * H, 8).profile for i in range(400)]
+    stalled = [(a, b) for a, b in zip(draws[0.0], draws[1.0], strict=True) if a.stall_start is not None]
+    assert stalled and all(a.stall_end is None for a, _ in stalled)
+    for a, b in stalled:  # the same length, now inside the run, and the job works to its end
+        assert b.stall_end is not None and b.stall_end - b.stall_start == pytest.approx(a.end - a.stall_start)
+        assert a.start_end <= b.stall_start and b.stall_end <= b.end + 1e-6
+    # the same draws otherwise: the pause's draws come after every other
+    assert [p.key for p in draws[0.0]] == [p.key for p in draws[1.0]]
+    # a pause is drawn from the job's own stream: the run's stream moves on as without one
+    streams = [random.Random(9), random.Random(9)]
+    for model, rng in zip((base.with_resume_share(0.0), base.with_resume_share(1.0)), streams, strict=True):
+        for i in range(50):
+            model.draw(rng, i, 8 * H, 8)
+    assert streams[0].random() == streams[1].random()
+    with pytest.raises(ValueError, match="resume share"):
+        base.with_resume_share(1.5)
+
+
+def _run(policy: str, job: Job, **kw) -> Engine:
+    cfg = SimConfig(nodes=1, teams=("team-a",), check_invariants=True, gpu_failure_rate=0.0, **kw)
+    e = Engine([job], 12 * H, policy, cfg)
+    e.run()
+    return e
+
+
+def test_the_reaper_kills_a_pause_and_its_owner_runs_it_again_from_scratch():
+    e = _run("reaper", _job(H, 4 * H))  # a 3-h pause after an hour of work
+    s = e.metrics.summary()
+    # killed 2 h into the pause (at ~3 h), resubmitted 30 min later to run from scratch, it pauses and is
+    # killed again (~6.5 h), and again (~10 h): three times the hour of work done before the pause lost
+    assert (s["deactivated_workloads"], s["resubmitted_workloads"], s["completed_jobs"]) == (3, 3, 0)
+    assert s["killed_gpu_hours"] == pytest.approx(3 * 8 * 1.0, abs=0.5)
+
+
+def test_ray_aware_stall_handling_holds_a_pause_ray_sees_and_deactivates_a_final_stall():
+    held = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=0.0)
+    s = held.metrics.summary()
+    assert (s["deactivated_workloads"], s["killed_gpu_hours"], s["completed_jobs"]) == (0, 0.0, 1)
+    assert held.writer.event_counts[("Workload", "Normal", "StallDeactivationHeld")] >= 1
+    hidden = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=1.0)
+    assert hidden.metrics.summary()["deactivated_workloads"] == 3  # a pause Ray does not see goes (as the reaper)
+    final = _run("queuepilot", _job(2 * H, None), stall_reclaim=True, hang_share=0.0)
+    f = final.metrics.summary()
+    # deactivated once every GPU was idle 2 h and Ray quiet: its work was done, nothing lost or resubmitted
+    assert (f["deactivated_workloads"], f["resubmitted_workloads"], f["killed_gpu_hours"], f["completed_jobs"]) == (
+        1, 0, 0.0, 1)
+    hung = _run("queuepilot", _job(2 * H, None), stall_reclaim=True, hang_share=1.0)
+    assert hung.metrics.summary()["deactivated_workloads"] == 0  # a task still runs: no verdict to kill
