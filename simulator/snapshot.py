@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 from autoscaler.cluster.source import ClusterObjects, PodView, RayClusterView, RayDashboardTarget
@@ -324,9 +325,10 @@ class SimSnapshotBuilder:
             for name in self._changed:
                 self._gpus[name] = self._node_gpus(by_name[name])
             self._changed.clear()
-            self._reading = GpuReading(tuple(g for n in self.cluster.nodes for g in self._gpus[n.name]), now)
+            by_node = MappingProxyType({n.name: self._gpus[n.name] for n in self.cluster.nodes})
+            self._reading = GpuReading(tuple(g for gs in by_node.values() for g in gs), now, by_node)
         elif self._reading.observed_at != now:
-            self._reading = GpuReading(self._reading.gpus, now)
+            self._reading = GpuReading(self._reading.gpus, now, self._reading.by_node)
         return self._reading
 
     def _node_gpus(self, n: SimNode) -> tuple[GpuState, ...]:

@@ -144,6 +144,35 @@ def _ray_signal(rc: RayClusterState, obs: RayObservation | None, local_queues: M
     )
 
 
+def _pod_util_sums(gpus: tuple[GpuState, ...]) -> dict[tuple[str, str], tuple[float, int]]:
+    """(namespace, pod) -> (sum, count) of the known utilization of the GPUs attributed to it."""
+    out: dict[tuple[str, str], tuple[float, int]] = {}
+    for g in gpus:
+        if g.pod is not None and g.utilization is not None:
+            key = (g.pod.namespace, g.pod.name)
+            prev = out.get(key)
+            out[key] = (g.utilization, 1) if prev is None else (prev[0] + g.utilization, prev[1] + 1)
+    return out
+
+
+def _pod_sums(pods: Mapping[str, PodView]) -> tuple[dict[str, list[float]], dict[tuple[str, str], dict[str, list[PodView]]]]:
+    """Node -> [GPUs, CPU, memory] requested by its non-terminal pods; (namespace, RayCluster) -> group
+    -> its worker pods."""
+    req: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    workers: dict[tuple[str, str], dict[str, list[PodView]]] = defaultdict(lambda: defaultdict(list))
+    for p in pods.values():
+        if p.terminal:
+            continue
+        if p.node:
+            r = req[p.node]
+            r[0] += p.gpu_requests
+            r[1] += p.cpu_requests
+            r[2] += p.memory_requests
+        if p.ray_cluster and p.ray_node_type == "worker" and p.ray_group:
+            workers[(p.namespace, p.ray_cluster)][p.ray_group].append(p)
+    return dict(req), {k: dict(v) for k, v in workers.items()}
+
+
 def build_snapshot(
     objects: ClusterObjects,
     gpu: GpuReading,
@@ -173,7 +202,10 @@ class SnapshotBuilder:
         self._nodes: dict[str, tuple[NodeState, tuple[GpuState, ...], tuple[int, float, float], NodeState]] = {}
         self._flavors: tuple[Mapping[str, FlavorState], dict[str, FlavorState]] | None = None
         self._rays: dict[str, tuple[tuple[Any, ...], RayClusterState]] = {}
-        self._gpu: tuple[GpuReading, dict[str, list[GpuState]], dict[tuple[str, str], float]] | None = None
+        self._gpu: tuple[GpuReading, Mapping[str, tuple[GpuState, ...]], dict[tuple[str, str], float]] | None = None
+        self._gpu_parts: dict[str, tuple[tuple[GpuState, ...], dict[tuple[str, str], tuple[float, int]]]] = {}
+        self._pods: tuple[dict[str, PodView], dict[str, list[float]],
+                          dict[tuple[str, str], dict[str, list[PodView]]]] | None = None
         self.reused = 0  # completed views taken from the memo in the last build (tests, benchmarks)
 
     # ------------------------------------------------------------------------------------ the build
@@ -199,35 +231,34 @@ class SnapshotBuilder:
         watch = dict(watch_observed)
         reused = 0
 
-        if self._gpu is None or self._gpu[0] is not gpu:  # a new GPU reading: index it
-            by_node: dict[str, list[GpuState]] = defaultdict(list)
-            util_acc: dict[tuple[str, str], list[float]] = defaultdict(list)
-            for gs in gpu.gpus:
-                by_node[gs.node].append(gs)
-                if gs.pod is not None and gs.utilization is not None:
-                    util_acc[(gs.pod.namespace, gs.pod.name)].append(gs.utilization)
-            self._gpu = (gpu, dict(by_node), {k: sum(v) / len(v) for k, v in util_acc.items()})
+        if self._gpu is None or self._gpu[0] is not gpu:  # a new GPU reading: index it, node by node
+            # (a node's GPUs the reading hands over as the very tuple of the last one keep their sums)
+            parts: dict[str, tuple[tuple[GpuState, ...], dict[tuple[str, str], tuple[float, int]]]] = {}
+            util_acc: dict[tuple[str, str], tuple[float, int]] = {}
+            for node, gs in gpu.by_node.items():
+                old_part = self._gpu_parts.get(node)
+                part = old_part[1] if old_part is not None and old_part[0] is gs else _pod_util_sums(gs)
+                parts[node] = (gs, part)
+                for pod, (total, n) in part.items():
+                    prev = util_acc.get(pod)
+                    util_acc[pod] = (total, n) if prev is None else (prev[0] + total, prev[1] + n)
+            self._gpu_parts = parts
+            self._gpu = (gpu, gpu.by_node, {k: total / n for k, (total, n) in util_acc.items()})
         _, gpus_by_node, util_by_pod = self._gpu
 
-        # pods -> per-node requests and Ray workers
-        req: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-        workers: dict[tuple[str, str], dict[str, list[PodView]]] = defaultdict(lambda: defaultdict(list))
-        for p in pods_in.values():
-            if p.terminal:
-                continue
-            if p.node:
-                r = req[p.node]
-                r[0] += p.gpu_requests
-                r[1] += p.cpu_requests
-                r[2] += p.memory_requests
-            if p.ray_cluster and p.ray_node_type == "worker" and p.ray_group:
-                workers[(p.namespace, p.ray_cluster)][p.ray_group].append(p)
+        # pods -> per-node requests and Ray workers; the last build's sums while every pod is the same view
+        # under the same key (a dict comparison of the very same views: no pod is looked at)
+        if self._pods is not None and self._pods[0] == pods_in:
+            _, req, workers = self._pods
+        else:
+            req, workers = _pod_sums(pods_in)
+            self._pods = (pods_in, req, workers)
 
         nodes: dict[str, NodeState] = {}
         node_memo: dict[str, tuple[NodeState, tuple[GpuState, ...], tuple[int, float, float], NodeState]] = {}
         nodes_changed = len(nodes_in) != len(self._nodes)
         for name, n in nodes_in.items():
-            gpus = tuple(gpus_by_node.get(name, ()))
+            gpus = gpus_by_node.get(name, ())
             g, c, m = req.get(name, (0, 0.0, 0.0))
             need = (int(g), c, m)
             old = self._nodes.get(name)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 from autoscaler.core.snapshot import GpuState, PodKey
@@ -57,10 +58,21 @@ def check_utilization(preferred: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GpuReading:
-    """All GPUs the signal knows, as of ``observed_at`` (None: never read successfully)."""
+    """All GPUs the signal knows, as of ``observed_at`` (None: never read successfully), and the same
+    by node (``by_node``: grouped here unless the producer hands its own per-node tuples, which a
+    snapshot builder may find unchanged from the last reading by identity)."""
 
     gpus: tuple[GpuState, ...] = ()
     observed_at: float | None = None
+    by_node: Mapping[str, tuple[GpuState, ...]] = field(default_factory=lambda: MappingProxyType({}), compare=False,
+                                                        repr=False)
+
+    def __post_init__(self) -> None:
+        if self.gpus and not self.by_node:
+            grouped: dict[str, list[GpuState]] = {}
+            for g in self.gpus:
+                grouped.setdefault(g.node, []).append(g)
+            object.__setattr__(self, "by_node", MappingProxyType({n: tuple(gs) for n, gs in grouped.items()}))
 
 
 class GpuSignalSource(Protocol):
