@@ -20,10 +20,8 @@ Usage: ``python -m alerts.economics --out DIR [--price KEY=USD ...] [--set name=
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,8 @@ import yaml
 from alerts.config import DEFAULT_RUNBOOK_BASE_URL, ConfigError
 from alerts.files import write_rule_files
 from exporter import metrics as em
+from servicekit.cli import Parser, fail
+from servicekit.outpaths import check_writable
 from servicekit.prices import DEFAULT_PRICE_KEY, parse_prices
 
 POD_INFO = "queuepilot_pod_info"
@@ -317,7 +317,7 @@ def render_chart() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m alerts.economics", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m alerts.economics", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="alerts/generated", help="directory to write queuepilot-economics.yaml into")
     parser.add_argument("--price", action="append", default=[], metavar="FLAVOR_OR_MODEL=USD",
                         help="price per GPU-hour of a Kueue flavor or a GPU model name (* for every other GPU); repeatable. "
@@ -327,10 +327,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = EconomicsConfig().with_settings(args.settings).with_prices(args.price)
-    except ConfigError as exc:
-        print(f"queuepilot economics rules: {exc}", file=sys.stderr)
-        return 2
-    write_rule_files(Path(args.out), RULE_FILE_NAME, render(config), render_chart())
+        check_writable(Path(args.out), directory=True)
+        write_rule_files(Path(args.out), RULE_FILE_NAME, render(config), render_chart())
+    except (ConfigError, ValueError) as exc:
+        return fail(parser.prog, str(exc))
+    except OSError as exc:
+        return fail(parser.prog, f"cannot write {args.out}: {exc}")
     return 0
 
 

@@ -27,8 +27,11 @@ from autoscaler.core.policy import rightsizing as rs
 from report import model
 from report.model import Report, dash, utc_minute
 from report.prom import PrometheusClient, ReportError, Series, check_url
+from servicekit.cli import Parser, fail
+from servicekit.outpaths import check_writable
 from servicekit.prices import Prices, parse_prices
 
+PROG = "queuepilot report"
 EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11 000 points per series
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -49,8 +52,8 @@ def parse_duration(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="queuepilot report",
+    p = Parser(
+        prog=PROG,
         description="Which team held how many GPU-hours it did not use, what that cost, and what each Ray "
         "worker group should request instead, read from Prometheus (the economics recording rules and "
         "queuepilot_pod_info).",
@@ -58,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the window (the JSON and HTML written say why).",
     )
     p.add_argument("--prometheus-url", required=True, help="base URL of the Prometheus that holds the history")
-    p.add_argument("--window", default="7d", help="how far back to look (default 7d)")
+    p.add_argument("--window", default="7d", help="how far back to look")
     p.add_argument("--end", type=float, default=None, help="end of the window, unix seconds (default: now)")
     p.add_argument("--step", default=None,
                    help="seconds between points read (default: the recording rules' evaluation interval)")
@@ -67,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "a flavor price wins over a model price; repeatable. Without any, no cost is computed.")
     p.add_argument("--namespace", default=None, help="report on this namespace only")
     p.add_argument("--min-history", default="1d",
-                   help="history a worker group needs before it gets a recommendation (default 1d)")
+                   help="history a worker group needs before it gets a recommendation")
     p.add_argument("--json", dest="json_file", default=None, metavar="FILE", help="write the report as JSON")
     p.add_argument("--html", dest="html_file", default=None, metavar="FILE",
                    help="write the report as one HTML file with its plots embedded")
@@ -175,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     err = Console(stderr=True)
     try:
+        if args.json_file:
+            check_writable(Path(args.json_file), directory=False)
+        if args.html_file:
+            check_writable(Path(args.html_file), directory=False)
         url = check_url(args.prometheus_url)
         window = parse_duration(args.window)
         step = parse_duration(args.step) if args.step else None
@@ -183,8 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.namespace is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.namespace):
             raise ValueError(f"--namespace must be a Kubernetes namespace name, got {args.namespace!r}")
     except (ReportError, ValueError) as exc:
-        print(f"queuepilot report: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, str(exc), EXIT_USAGE)
     end = args.end if args.end is not None else time.time()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err,
                         transient=True)

@@ -41,7 +41,8 @@ from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import Controller
 from exporter.server import ExporterApp
 from servicekit.argtypes import count, non_negative_seconds
-from servicekit.envflags import EnvError, HelpFormatter, apply_env
+from servicekit.cli import Parser, fail
+from servicekit.envflags import EnvError, apply_env
 from servicekit.listen import ListenAddress, listen_arg
 from simulator.demo.sources import SimRayClient
 from simulator.demo.world import DemoConfig, DemoWorld, _clock
@@ -60,8 +61,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="queuepilot demo", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = Parser(prog="queuepilot demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=non_negative_seconds, default=0.0,
                    help="real seconds to run (0: until Ctrl-C / SIGTERM)")
     p.add_argument("--exporter-listen", type=listen_arg, default=DEFAULT_EXPORTER_LISTEN,
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         apply_env(parser)
     except EnvError as e:
-        parser.error(str(e))
+        return fail(parser.prog, str(e))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not args.no_tui:  # the live view shows the failed GPUs; log lines would scroll it out of an 80x24 terminal

@@ -153,6 +153,7 @@ def test_demo_rejects_bad_input_with_one_line():
         p = run(*args, **env)
         assert p.returncode == 2, (args, env, p.stderr)
         assert needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr  # no usage block before it
     shown = run("--help")
     assert shown.returncode == 0, shown.stderr
     assert "default: 60.0" in shown.stdout and "QUEUEPILOT_SPEED" in shown.stdout, shown.stdout
