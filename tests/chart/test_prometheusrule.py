@@ -108,8 +108,8 @@ def _unit_tests() -> dict:
         _alert("QueuePilotPendingWorkloadTooOld", "30m", _exp(
             {"severity": "warning", "cluster_queue": "cq", "namespace": "team-a", "local_queue": "lq"},
             "QueuePilotPendingWorkloadTooOld",
-            "The oldest pending workload in LocalQueue team-a/lq (ClusterQueue cq) has waited 30m 0s, above the "
-            "objective of 600 s.")),
+            "The oldest pending workload in LocalQueue team-a/lq (ClusterQueue cq) has waited 30m 0s since it was "
+            "created (Retries and requeues do not reset this), above the objective of 600 s.")),
         _alert("GPUAllocatedIdle", "10m"),
         _alert("GPUAllocatedIdle", "20m", _exp(
             {"severity": "warning", "Hostname": "n1", "namespace": "team-a", "pod": "w-0"}, "GPUAllocatedIdle",
