@@ -26,6 +26,8 @@ OBJECTS: dict[str, dict[str, Any]] = {
                            checks=[o.check_state("gpu-capacity", "Pending", when=1000.0)]),
     "client Workload": o.workload("w2", created=None),
     "retried Workload": kueue_history.retried(1000.0 + 3 * 600 + 45, created=1000.0),
+    "PyTorchJob Workload": o.pytorchjob_workload("bert", workers=3),
+    "TrainJob Workload": o.trainjob_workload("llm", nodes=4),
     "preempted Workload": kueue_history.evicted_after_admission(9000.0 + 700, 1000.0, 2000.0, 9000.0),
     "ClusterQueue": o.cluster_queue("cq", {"h100": 16, "a100": 8}, cohort="all", checks=("gpu-capacity",),
                                     used={"h100": 8}),
