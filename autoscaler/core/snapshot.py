@@ -123,9 +123,11 @@ class NodeState:
 
     @property
     def healthy_gpus(self) -> int:
+        """Allocatable GPUs not reported unhealthy (an unhealthy GPU a pod still holds is not healthy
+        either: healthy + unhealthy is the node's allocatable)."""
         if not self.ready:
             return 0
-        return max(0, self.gpu_allocatable - self.unhealthy_unallocated_gpus)
+        return max(0, self.gpu_allocatable - self.unhealthy_gpus)
 
     @property
     def free_gpus(self) -> int:
