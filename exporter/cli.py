@@ -71,7 +71,9 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     a("--sim-mig-gpus", type=count(0), metavar="N", default=0,
       help="simulated GPUs partitioned into MIG instances (each instance a pod), at most --sim-gpus")
     a("--gpm", choices=("auto", "off"), default="auto",
-      help="profiling metrics (DCGM_FI_PROF_*) through NVML GPM where the GPU supports it (Hopper and newer)")
+      help="profiling metrics (DCGM_FI_PROF_*) through NVML GPM where the GPU supports it (Hopper and newer); "
+           "where the driver restricts profiling to admin users it may need CAP_SYS_ADMIN, else they are left out "
+           "(docs/security.md)")
     a("--max-connections", type=count(1), metavar="N", default=LIMITS.max_connections,
       help="open HTTP connections at most; beyond it new ones wait until one closes")
     a("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="log verbosity")
