@@ -122,6 +122,16 @@ def test_exporter_variants(helm: str) -> None:
 
 
 @pytest.mark.parametrize("helm", HELMS)
+def test_default_values_install_in_shadow_mode(helm: str) -> None:
+    """A bare ``helm install``: the controller runs with --dry-run; one value turns it live."""
+    def args(sets: tuple[str, ...]) -> list[str]:
+        return render(helm, sets).one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert "--dry-run" in args(())
+    assert "--dry-run" not in args(("controller.dryRun=false",))
+
+
+@pytest.mark.parametrize("helm", HELMS)
 def test_controller_deployment(helm: str) -> None:
     r = render(helm, MAPPING)
     dep = r.one("Deployment")
