@@ -20,10 +20,8 @@ Usage: ``python -m alerts.economics --out DIR [--price KEY=USD ...] [--set name=
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +30,14 @@ import yaml
 
 from alerts.config import DEFAULT_RUNBOOK_BASE_URL, ConfigError
 from alerts.files import write_rule_files
-from exporter import metrics as em
+from servicekit import gpu_economics as ge
+from servicekit.cli import Parser, fail
+from servicekit.outpaths import check_writable
 from servicekit.prices import DEFAULT_PRICE_KEY, parse_prices
 
-POD_INFO = "queuepilot_pod_info"
-INFO_LABELS = ("raycluster", "group", "local_queue", "cluster_queue", "flavor", "job_kind")
-GPU_LABELS = ("Hostname", "gpu", "modelName", "namespace", "pod")
+POD_INFO = ge.POD_INFO
+INFO_LABELS = ge.INFO_LABELS
+GPU_LABELS = ge.GPU_LABELS
 TEAM = ("namespace", "local_queue", "cluster_queue")
 GROUP = ("namespace", "raycluster", "group")
 POD = ("namespace", "pod", "raycluster", "group", "job_kind")
@@ -101,8 +101,8 @@ class EconomicsConfig:
     interval: str = "1m"  # evaluation interval of every economics group
     # (flavor or GPU model name, price per GPU-hour); a flavor price wins over a model price
     prices: tuple[tuple[str, float], ...] = ()
-    active_utilization: float = 0.01  # engine busy ratio above which a GPU counts as active
-    active_memory_mib: float = 128  # framebuffer MiB in use above which a GPU counts as active
+    active_utilization: float = ge.ACTIVE_UTILIZATION  # engine busy ratio above which a GPU counts as active
+    active_memory_mib: float = ge.ACTIVE_MEMORY_MIB  # framebuffer MiB in use above which a GPU counts as active
     waste_ratio_threshold: float = 0.5
     waste_window: str = "1d"
     waste_min_gpu_hours: float = 4  # teams holding fewer GPU-hours over the window are not alerted on
@@ -147,43 +147,11 @@ def _by(labels: Iterable[str]) -> str:
     return ", ".join(labels)
 
 
-def _normalize(expr: str) -> str:
-    """Pod labels as ``pod``/``namespace`` whether the exporter's arrive so (honorLabels) or as
-    ``exported_pod``/``exported_namespace`` (Prometheus-operator default)."""
-    return (
-        f'label_replace(label_replace({expr}, "pod", "$1", "exported_pod", "(.+)"), '
-        f'"namespace", "$1", "exported_namespace", "(.+)")'
-    )
-
-
-def _per_gpu(metric: str) -> str:
-    return f"max by ({_by(GPU_LABELS)}) ({_normalize(metric)})"
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _info_join(expr: str) -> str:
-    info = f"max by ({_by(('namespace', 'pod', *INFO_LABELS))}) ({POD_INFO})"
-    return f"({expr}) * on (namespace, pod) group_left ({_by(INFO_LABELS)}) {info}"
-
-
-def busy_raw() -> str:
-    """Busy ratio per GPU with pod labels: the profiling engine-active ratio where the GPU has it,
-    else utilization percent / 100."""
-    prof = _per_gpu(em.BY_NAME["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].name)
-    util = _per_gpu(em.BY_NAME["DCGM_FI_DEV_GPU_UTIL"].name)
-    return f"clamp({prof} or on (Hostname, gpu) {util} / 100, 0, 1)"
-
-
-def active_raw(c: EconomicsConfig) -> str:
-    fb = _per_gpu(em.BY_NAME["DCGM_FI_DEV_FB_USED"].name)
-    return (
-        f"max by ({_by(GPU_LABELS)}) ("
-        f'label_replace(({busy_raw()}) >= bool {fmt_number(c.active_utilization)}, "signal", "busy", "", "") '
-        f'or label_replace({fb} >= bool {fmt_number(c.active_memory_mib)}, "signal", "framebuffer", "", ""))'
-    )
+def _per_gpu_rules(c: EconomicsConfig) -> tuple[str, str]:
+    """The per-GPU busy ratio and active flag, attributed to pods (the expressions ``queuepilot report``
+    evaluates over the raw series where these rules did not run)."""
+    return (ge.attributed(ge.busy_per_gpu()),
+            ge.attributed(ge.active_per_gpu(c.active_utilization, c.active_memory_mib)))
 
 
 def _priced(per_gpu: str, price_op: str) -> str:
@@ -246,10 +214,8 @@ def waste_alert_expr(c: EconomicsConfig) -> str:
 
 def rule_file(c: EconomicsConfig) -> dict:
     """The economics rule file (``groups:``) as a plain dict."""
-    layer1 = [
-        _record(GPU_BUSY, _info_join(busy_raw())),
-        _record(GPU_ACTIVE, _info_join(active_raw(c))),
-    ]
+    busy, active = _per_gpu_rules(c)
+    layer1 = [_record(GPU_BUSY, busy), _record(GPU_ACTIVE, active)]
     ray = 'raycluster!=""'
     layer2 = [
         *_level2(TEAM, "namespace_local_queue_cluster_queue", c),
@@ -317,7 +283,7 @@ def render_chart() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m alerts.economics", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m alerts.economics", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="alerts/generated", help="directory to write queuepilot-economics.yaml into")
     parser.add_argument("--price", action="append", default=[], metavar="FLAVOR_OR_MODEL=USD",
                         help="price per GPU-hour of a Kueue flavor or a GPU model name (* for every other GPU); repeatable. "
@@ -327,10 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = EconomicsConfig().with_settings(args.settings).with_prices(args.price)
-    except ConfigError as exc:
-        print(f"queuepilot economics rules: {exc}", file=sys.stderr)
-        return 2
-    write_rule_files(Path(args.out), RULE_FILE_NAME, render(config), render_chart())
+        check_writable(Path(args.out), directory=True)
+        write_rule_files(Path(args.out), RULE_FILE_NAME, render(config), render_chart())
+    except (ConfigError, ValueError) as exc:
+        return fail(parser.prog, str(exc))
+    except OSError as exc:
+        return fail(parser.prog, f"cannot write {args.out}: {exc}")
     return 0
 
 

@@ -198,8 +198,8 @@ def alerts(c: AlertConfig) -> list[Alert]:
             "15m",
             "A workload has been pending longer than the queue's wait objective.",
             "The oldest pending workload in LocalQueue {{ $labels.namespace }}/{{ $labels.local_queue }} (ClusterQueue "
-            "{{ $labels.cluster_queue }}) has waited {{ humanizeDuration $value }}, above the objective of "
-            f"{n(c.pending_slo_seconds)} s.",
+            "{{ $labels.cluster_queue }}) has waited {{ humanizeDuration $value }} since it was created (Retries and "
+            f"requeues do not reset this), above the objective of {n(c.pending_slo_seconds)} s.",
             "queuepilot-queues",
         ),
         Alert(

@@ -25,7 +25,14 @@ QUEUE_PENDING_WORKLOADS = MetricSpec(
 )
 QUEUE_OLDEST_PENDING = MetricSpec(
     "queuepilot_queue_oldest_pending_seconds", "gauge",
-    "Age of the oldest pending workload, measured from creation or its last requeue (Kueue's T0).",
+    "Age of the oldest pending workload as a person sees it: from its creation (or, for a workload admitted and "
+    "evicted later, from that eviction), across Retries and requeues.",
+    "seconds", ("cluster_queue", "namespace", "local_queue"), "STABLE", "Kueue Workloads",
+)
+QUEUE_OLDEST_PENDING_SINCE_REQUEUE = MetricSpec(
+    "queuepilot_queue_oldest_pending_since_requeue_seconds", "gauge",
+    "Age of the oldest pending workload by Kueue's rule: from creation or its last Requeued transition (what "
+    "kueue_admission_wait_time_seconds will record at admission); a Retry restarts it.",
     "seconds", ("cluster_queue", "namespace", "local_queue"), "STABLE", "Kueue Workloads",
 )
 QUEUE_PENDING_GPUS = MetricSpec(
@@ -254,7 +261,8 @@ DISPATCH_DECISIONS_TOTAL = MetricSpec(
     "count", ("reason", "mode"), "ALPHA", "dispatch policy",
 )
 
-QUEUE_FAMILIES = (QUEUE_PENDING_WORKLOADS, QUEUE_OLDEST_PENDING, QUEUE_PENDING_GPUS, QUEUE_WAIT_SECONDS)
+QUEUE_FAMILIES = (QUEUE_PENDING_WORKLOADS, QUEUE_OLDEST_PENDING, QUEUE_OLDEST_PENDING_SINCE_REQUEUE, QUEUE_PENDING_GPUS,
+                  QUEUE_WAIT_SECONDS)
 CAPACITY_FAMILIES = (FLAVOR_GPUS, FLAVOR_LARGEST_FREE_BLOCK)
 ADMISSION_FAMILIES = (ADMISSION_DECISIONS_TOTAL, ADMISSION_DECISION_SECONDS, RESERVED_GPUS)
 RAY_FAMILIES = (RAY_WORKERS, RAY_PENDING_GPUS, RAY_GPU_UTILIZATION, RAY_IDLE_GPUS)

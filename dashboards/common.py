@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from grafanalib import core as g
@@ -87,6 +88,17 @@ CAPACITY_OVERRIDE = {
 }
 
 
+def dashed_override(legend_prefix: str) -> dict:
+    """Series whose legend starts with ``legend_prefix`` drawn dashed (a reference line beside the main one)."""
+    return {
+        "matcher": {"id": "byRegexp", "options": f"^{re.escape(legend_prefix)}.*"},
+        "properties": [
+            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+            {"id": "custom.fillOpacity", "value": 0},
+        ],
+    }
+
+
 def timeseries(
     title: str,
     description: str,
@@ -96,7 +108,12 @@ def timeseries(
     bars: bool = False,
     capacity: bool = False,
     decimals: int | None = None,
+    dashed: str | None = None,
 ) -> g.TimeSeries:
+    """``dashed``: draw the series whose legend starts with it dashed."""
+    overrides = [CAPACITY_OVERRIDE] if capacity else []
+    if dashed:
+        overrides.append(dashed_override(dashed))
     return g.TimeSeries(
         title=title,
         description=description,
@@ -106,7 +123,7 @@ def timeseries(
         drawStyle="bars" if bars else "line",
         fillOpacity=30 if (stacked or bars) else 10,
         stacking={"group": "A", "mode": "normal"} if stacked else {},
-        overrides=[CAPACITY_OVERRIDE] if capacity else [],
+        overrides=overrides,
         tooltipMode="multi",
         legendDisplayMode="table" if len(tgts) > 1 else "list",
         legendCalcs=["lastNotNull", "max"],

@@ -46,13 +46,23 @@ def build():
         ), 12, 8),
         (c.timeseries(
             "Oldest pending workload",
-            "Age of the oldest still-pending workload per LocalQueue, from creation or last requeue. "
-            "Kueue records wait only at admission, so a stuck workload is visible only here.",
+            "Age of the oldest still-pending workload per LocalQueue as its owner sees it: from creation (or from "
+            "the eviction of a workload that had been admitted), across Retries and requeues. Kueue records wait "
+            "only at admission, so a stuck workload is visible only here. Dashed: Kueue's rule, from the last "
+            "requeue (what kueue_admission_wait_time_seconds will record); a Retry restarts it.",
             "s",
-            c.targets((
-                f"max by (cluster_queue, namespace, local_queue) ({cm.QUEUE_OLDEST_PENDING.name}{{{Q}}})",
-                "{{cluster_queue}} / {{namespace}}/{{local_queue}}",
-            )),
+            c.targets(
+                (
+                    f"max by (cluster_queue, namespace, local_queue) ({cm.QUEUE_OLDEST_PENDING.name}{{{Q}}})",
+                    "{{cluster_queue}} / {{namespace}}/{{local_queue}}",
+                ),
+                (
+                    f"max by (cluster_queue, namespace, local_queue) "
+                    f"({cm.QUEUE_OLDEST_PENDING_SINCE_REQUEUE.name}{{{Q}}})",
+                    "since requeue (Kueue) {{cluster_queue}} / {{namespace}}/{{local_queue}}",
+                ),
+            ),
+            dashed="since requeue",
         ), 12, 8),
         (c.timeseries(
             "Wait until admission (quantiles)",

@@ -24,12 +24,14 @@ from exporter.server import DEFAULT_LISTEN, LIMITS, ExporterApp, serve
 from exporter.sources.base import GpuSource, SourceUnavailable
 from exporter.sources.dcgm import DEFAULT_URL as DEFAULT_DCGM_URL
 from servicekit.argtypes import count, positive_seconds
-from servicekit.envflags import EnvError, HelpFormatter, apply_env
+from servicekit.cli import Parser, fail
+from servicekit.envflags import EnvError, apply_env
 from servicekit.listen import listen_arg
 
 log = logging.getLogger("exporter")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+PROG = "queuepilot exporter"
 
 
 def _xid_list(text: str) -> frozenset[int]:
@@ -42,11 +44,10 @@ def _xid_list(text: str) -> frozenset[int]:
 def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     """The parser with its defaults taken from ``env`` (default: the process environment);
     EnvError for a bad environment value."""
-    p = argparse.ArgumentParser(
-        prog="queuepilot exporter",
+    p = Parser(
+        prog=PROG,
         description="Node GPU exporter: dcgm-exporter-compatible GPU metrics attributed to pods, with GPU health.",
         epilog="Every flag can also be set by the environment variable named in brackets; the flag wins.",
-        formatter_class=HelpFormatter,
     )
     a = p.add_argument
     a("--source", choices=("nvml", "dcgm", "sim"), default="nvml", help="where GPU facts come from")
@@ -70,7 +71,9 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     a("--sim-mig-gpus", type=count(0), metavar="N", default=0,
       help="simulated GPUs partitioned into MIG instances (each instance a pod), at most --sim-gpus")
     a("--gpm", choices=("auto", "off"), default="auto",
-      help="profiling metrics (DCGM_FI_PROF_*) through NVML GPM where the GPU supports it (Hopper and newer)")
+      help="profiling metrics (DCGM_FI_PROF_*) through NVML GPM where the GPU supports it (Hopper and newer); "
+           "where the driver restricts profiling to admin users it may need CAP_SYS_ADMIN, else they are left out "
+           "(docs/security.md)")
     a("--max-connections", type=count(1), metavar="N", default=LIMITS.max_connections,
       help="open HTTP connections at most; beyond it new ones wait until one closes")
     a("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="log verbosity")
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
     except EnvError as e:
-        argparse.ArgumentParser(prog="queuepilot exporter").error(str(e))
+        raise SystemExit(fail(PROG, str(e))) from None
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     health = HealthConfig(
@@ -122,9 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         asyncio.run(serve(app))
     except SourceUnavailable as e:
-        print(f"queuepilot exporter: --source {args.source}: {e}", file=sys.stderr)
-        return 1
+        return fail(PROG, f"--source {args.source}: {e}", 1)
     except OSError as e:  # e.g. the listen address is taken
-        print(f"queuepilot exporter: {e} (listen {args.listen})", file=sys.stderr)
-        return 1
+        return fail(PROG, f"{e} (listen {args.listen})", 1)
     return 0

@@ -38,8 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         parser.print_help(sys.stderr)
         return 2
+    if argv[0] in ("-h", "--help", "--version"):
+        parser.parse_args(argv[:1])  # prints and exits 0
     if argv[0] not in SUBCOMMANDS:
-        parser.parse_args(argv)  # --help / --version exit 0; anything else is a usage error (exit 2)
+        what = "option" if argv[0].startswith("-") else "subcommand"
+        print(f"queuepilot: unknown {what} {argv[0]!r}; subcommands: {', '.join(SUBCOMMANDS)} (see --help)",
+              file=sys.stderr)
         return 2
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     return int(module.main(argv[1:]) or 0)

@@ -1,6 +1,8 @@
 """``queuepilot report``: which team held how many GPU-hours it did not use, what that cost, and what each
-Ray worker group should request instead, read from Prometheus (the economics recording rules and
-``queuepilot_pod_info``).
+Ray worker group should request instead, read from Prometheus: the economics recording rules where they
+ran over the window, and where they did not (not loaded, or loaded after the history began), the same
+expressions evaluated over the raw series users already keep (dcgm-exporter's or queuepilot's GPU series
+and the controller's ``queuepilot_pod_info``); the table and the JSON say which.
 
 Exit status: 0 report written; 1 Prometheus could not be read; 2 bad arguments; 3 the window holds no
 data (the JSON / HTML written then say why).
@@ -17,6 +19,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from rich.console import Console
@@ -27,8 +30,12 @@ from autoscaler.core.policy import rightsizing as rs
 from report import model
 from report.model import Report, dash, utc_minute
 from report.prom import PrometheusClient, ReportError, Series, check_url
+from servicekit import gpu_economics as ge
+from servicekit.cli import Parser, fail
+from servicekit.outpaths import check_writable
 from servicekit.prices import Prices, parse_prices
 
+PROG = "queuepilot report"
 EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11 000 points per series
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -49,16 +56,16 @@ def parse_duration(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="queuepilot report",
+    p = Parser(
+        prog=PROG,
         description="Which team held how many GPU-hours it did not use, what that cost, and what each Ray "
-        "worker group should request instead, read from Prometheus (the economics recording rules and "
-        "queuepilot_pod_info).",
+        "worker group should request instead, read from Prometheus: the economics recording rules where they ran, "
+        "else the same expressions over the raw GPU series and queuepilot_pod_info.",
         epilog="Exit status: 0 report written; 1 Prometheus could not be read; 2 bad arguments; 3 no data in "
         "the window (the JSON and HTML written say why).",
     )
     p.add_argument("--prometheus-url", required=True, help="base URL of the Prometheus that holds the history")
-    p.add_argument("--window", default="7d", help="how far back to look (default 7d)")
+    p.add_argument("--window", default="7d", help="how far back to look")
     p.add_argument("--end", type=float, default=None, help="end of the window, unix seconds (default: now)")
     p.add_argument("--step", default=None,
                    help="seconds between points read (default: the recording rules' evaluation interval)")
@@ -67,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "a flavor price wins over a model price; repeatable. Without any, no cost is computed.")
     p.add_argument("--namespace", default=None, help="report on this namespace only")
     p.add_argument("--min-history", default="1d",
-                   help="history a worker group needs before it gets a recommendation (default 1d)")
+                   help="history a worker group needs before it gets a recommendation")
     p.add_argument("--json", dest="json_file", default=None, metavar="FILE", help="write the report as JSON")
     p.add_argument("--html", dest="html_file", default=None, metavar="FILE",
                    help="write the report as one HTML file with its plots embedded")
@@ -84,27 +91,30 @@ async def collect(
     url: str, window: float, end: float, step: float | None, namespace: str | None, prices: Prices,
     policy: rs.RightsizingPolicy, request_timeout_s: float, progress: Callable[[str], None] = lambda _: None,
 ) -> Report:
+    """Read the window from the economics recording rules where they ran, and evaluate the same
+    expressions over the raw series where they did not (report/model.py, ``merge``)."""
     async with aiohttp.ClientSession() as session:
         prom = PrometheusClient(url, session, request_timeout_s)
-        names = await prom.metric_names()
+        names = set(await prom.metric_names())
         progress("metric names")
         intervals = await prom.rule_intervals()
         progress("rule intervals")
         step_s = _step(step, intervals.get(model.GPU_BUSY), window)
         start = end - window + step_s
+        grid = {start + i * step_s for i in range(round(window / step_s))}
         empty = Report(window, end, step_s, namespace, prices, [], [], [])
-        if model.GPU_BUSY not in names:
+        rules = model.GPU_BUSY in names
+        raw = ge.POD_INFO in names and bool({ge.GPU_UTIL, ge.ENGINE_ACTIVE} & names)
+        if not rules and not raw:
             empty.empty_reason = (
-                f"Prometheus has no {model.GPU_BUSY} series at all: load the economics recording rules "
-                "(alerts/economics.py) and make sure the controller exports queuepilot_pod_info"
+                f"Prometheus has neither the economics recording rules' series ({model.GPU_BUSY}) nor the raw series "
+                f"they are computed from ({ge.GPU_UTIL} or {ge.ENGINE_ACTIVE}, and {ge.POD_INFO} from the controller)"
             )
             return empty
-        alloc_q, used_q = model.team_queries(namespace)
-        pod_alloc_q, pod_active_q = model.pod_queries(namespace)
 
-        async def ranged(expr: str) -> list[Series]:
+        async def ranged(expr: str, what: str) -> list[Series]:
             out = await prom.query_range(expr, start, end, step_s)
-            progress(expr.split("(")[0][:40] or expr[:40])
+            progress(what)
             return out
 
         async def instant(expr: str) -> list[Series]:
@@ -112,33 +122,48 @@ async def collect(
             progress("worker limits")
             return out
 
-        jobs: list[Awaitable[list[Series]]] = [
-            ranged(alloc_q), ranged(used_q), ranged(pod_alloc_q), ranged(pod_active_q),
-            instant(model.limits_query(namespace)),
+        async def none() -> list[Series]:
+            return []
+
+        async def both(recorded_expr: str, raw_expr: str, what: str) -> model.Merged:
+            recorded = await ranged(recorded_expr, what) if rules else []
+            covered = {t for s in recorded for t, _ in s.points}
+            missing = raw and not {round(t, 3) for t in grid} <= {round(t, 3) for t in covered}
+            return model.merge(recorded, await ranged(raw_expr, f"{what} (raw series)") if missing else [])
+
+        alloc_q, used_q = model.team_queries(namespace)
+        raw_alloc_q, raw_used_q = model.raw_team_queries(namespace)
+        pod_alloc_q, pod_active_q = model.pod_queries(namespace)
+        raw_pod_alloc_q, raw_pod_active_q = model.raw_pod_queries(namespace)
+        jobs: list[Awaitable[Any]] = [
+            both(alloc_q, raw_alloc_q, "allocated GPUs"), both(used_q, raw_used_q, "used GPUs"),
+            both(pod_alloc_q, raw_pod_alloc_q, "GPUs per pod"), both(pod_active_q, raw_pod_active_q, "active GPUs"),
+            instant(model.limits_query(namespace)) if model.RAY_WORKERS in names else none(),
         ]
         alloc, used, pod_alloc, pod_active, lims = await asyncio.gather(*jobs)
-    team_rows = model.teams(alloc, used, step_s, prices)
-    history = model.pod_history(pod_alloc, pod_active, step_s)
+    team_rows = model.teams(alloc.series, used.series, step_s, prices)
+    history = model.pod_history(pod_alloc.series, pod_active.series, step_s)
     report = Report(
         window, end, step_s, namespace, prices, team_rows,
         model.recommendations(history, model.limits(lims), policy),
         model.job_kind_recommendations(history, policy),
+        raw_times=alloc.raw_times, times=alloc.times,
     )
     if not team_rows:
         where = f" in namespace {namespace}" if namespace else ""
         report.empty_reason = (
             f"no GPU was held by a pod queuepilot knows{where} between {utc_minute(start - step_s)} and {utc_minute(end)} "
-            "(the recording rules have no samples in this window)"
+            "(neither the recording rules nor the raw series have samples in this window)"
         )
     return report
 
 
 def print_tables(report: Report, console: Console) -> None:
     if report.empty_reason:
-        console.print(f"[bold]No data:[/bold] {report.empty_reason}")
+        console.print(f"[bold]No data:[/bold] {report.empty_reason}", markup=True, highlight=False)
         return
     title = f"GPU economics per team, {utc_minute(report.end - report.window_s)} - {utc_minute(report.end)}"
-    t = Table(title=title)
+    t = Table(title=title, caption=f"Read from {report.source}.")
     for col in ("namespace", "LocalQueue", "ClusterQueue", "allocated GPU-h", "used GPU-h", "idle GPU-h", "waste"):
         t.add_column(col, justify="right" if "GPU" in col or col == "waste" else "left")
     if report.prices:
@@ -151,6 +176,8 @@ def print_tables(report: Report, console: Console) -> None:
             row += [dash(team.cost, "{:,.0f}"), dash(team.effective_cost, "{:,.0f}")]
         t.add_row(*row)
     console.print(t)
+    for line in report.warnings:
+        console.print(line, markup=False, highlight=False)
     g = Table(title="Worker groups: what to request instead")
     for col in ("namespace", "RayCluster", "group", "GPUs/worker", "-> GPUs", "-> min", "-> max", "GPU-h saved",
                 "reason"):
@@ -175,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     err = Console(stderr=True)
     try:
+        if args.json_file:
+            check_writable(Path(args.json_file), directory=False)
+        if args.html_file:
+            check_writable(Path(args.html_file), directory=False)
         url = check_url(args.prometheus_url)
         window = parse_duration(args.window)
         step = parse_duration(args.step) if args.step else None
@@ -183,14 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.namespace is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.namespace):
             raise ValueError(f"--namespace must be a Kubernetes namespace name, got {args.namespace!r}")
     except (ReportError, ValueError) as exc:
-        print(f"queuepilot report: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, str(exc), EXIT_USAGE)
     end = args.end if args.end is not None else time.time()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err,
                         transient=True)
     try:
         with progress:
-            task = progress.add_task("querying Prometheus", total=7)
+            task = progress.add_task("querying Prometheus", total=11)
 
             def step_done(what: str) -> None:
                 progress.update(task, advance=1, description=f"read {what}")

@@ -16,7 +16,7 @@ body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
 th { background: #f3f3f3; } td.l, th.l { text-align: left; }
-.note { color: #555; } img { max-width: 100%; }
+.note { color: #555; } .warn { color: #a33; } img { max-width: 100%; }
 """
 
 
@@ -102,6 +102,8 @@ def render_html(report: Report) -> str:
         parts.append(f"<p><strong>No data:</strong> {_e(report.empty_reason)}</p></body></html>")
         return "".join(parts)
     imgs = plots(report)
+    parts.append(f"<p class='note'>Read from {_e(report.source)}.</p>")
+    parts += [f"<p class='warn'>{_e(w)}</p>" for w in report.warnings]
     parts.append("<h2>Teams</h2>")
     if "teams" in imgs:
         parts.append(f"<img alt='GPU-hours per team' src='{imgs['teams']}'>")

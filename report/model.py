@@ -2,6 +2,12 @@
 
 GPU-hours are Riemann sums of range-query points: each point stands for one ``step`` of the window
 (``start = end - window + step``, so the window's ``window / step`` points cover it exactly once).
+
+Each number is read from the economics recording rules where they ran, and where they did not (not
+loaded, or loaded after the history began) from the same expressions evaluated over the raw series
+(``servicekit.gpu_economics``: dcgm-exporter's or queuepilot's exporter's GPU series joined to
+``queuepilot_pod_info``); ``merge`` takes the rules' points and fills the moments they lack from the raw
+evaluation, and the report says how much came from where.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 
 from autoscaler.core.policy import rightsizing as rs
 from report.prom import Series
+from servicekit import gpu_economics as ge
 from servicekit.prices import DEFAULT_PRICE_KEY as DEFAULT_PRICE_KEY  # the key the rules use, too
 from servicekit.prices import Prices
 
@@ -25,6 +32,7 @@ RAY_WORKERS = "queuepilot_raycluster_workers"
 
 TEAM_KEYS = ("namespace", "local_queue", "cluster_queue")
 PRICE_KEYS = ("flavor", "modelName")
+POD_KEYS = ("namespace", "pod", "raycluster", "group", "job_kind")  # the per-pod rules' labels
 
 
 def selector(namespace: str | None, *matchers: str) -> str:
@@ -44,6 +52,66 @@ def pod_queries(namespace: str | None) -> tuple[str, str]:
     return f"{POD_ALLOCATED}{sel}", f"{POD_ACTIVE}{sel}"
 
 
+def _info_selector(namespace: str | None) -> str:
+    return f'{{namespace="{namespace}"}}' if namespace else ""
+
+
+def raw_team_queries(namespace: str | None) -> tuple[str, str]:
+    """``team_queries`` with the recording rule replaced by its expression over the raw series."""
+    busy = ge.attributed(ge.busy_per_gpu(), _info_selector(namespace))
+    by = ", ".join((*TEAM_KEYS, *PRICE_KEYS))
+    return f"count by ({by}) ({busy})", f"sum by ({by}) ({busy})"
+
+
+def raw_pod_queries(namespace: str | None) -> tuple[str, str]:
+    """``pod_queries`` over the raw series: the per-pod rules' expressions with their inputs expanded."""
+    sel = _info_selector(namespace)
+    by = ", ".join(POD_KEYS)
+    busy = ge.attributed(ge.busy_per_gpu(), sel)
+    active = ge.attributed(ge.active_per_gpu(), sel)
+    return f"count by ({by}) ({busy})", f"sum by ({by}) ({active})"
+
+
+@dataclass(frozen=True)
+class Merged:
+    """Series of one quantity from the rules where they have points, else from the raw evaluation."""
+
+    series: list[Series]
+    raw_times: frozenset[float]  # the moments taken from the raw evaluation
+    times: frozenset[float]  # every moment with data
+
+
+def merge(recorded: Sequence[Series], raw: Sequence[Series]) -> Merged:
+    """``recorded``'s points, and ``raw``'s at every moment where ``recorded`` has none (a moment the rules
+    were evaluated keeps their answer whole, so two sources are never mixed within one moment)."""
+    covered = frozenset(t for s in recorded for t, _ in s.points)
+    by_labels: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+    for s in recorded:
+        by_labels.setdefault(tuple(sorted(s.labels.items())), []).extend(s.points)
+    raw_times: set[float] = set()
+    for s in raw:
+        points = [(t, v) for t, v in s.points if t not in covered]
+        if points:
+            by_labels.setdefault(tuple(sorted(s.labels.items())), []).extend(points)
+            raw_times.update(t for t, _ in points)
+    series = [Series(dict(k), sorted(p)) for k, p in by_labels.items()]
+    return Merged(series, frozenset(raw_times), covered | raw_times)
+
+
+def source_text(raw_times: frozenset[float], times: frozenset[float], step: float) -> str:
+    """Where the numbers came from, for the table and the JSON."""
+    if not times:
+        return "no data"
+    if not raw_times:
+        return "the economics recording rules"
+    raw = ("the raw series (the exporter's DCGM_FI_* GPU series joined to queuepilot_pod_info), with the same "
+           "expressions the recording rules use")
+    if raw_times == times:
+        return f"the recording rules did not run over this window: {raw}"
+    return (f"the recording rules, and where they did not run ({len(raw_times) / len(times):.0%} of the moments "
+            f"with data, {utc_minute(min(raw_times) - step)} to {utc_minute(max(raw_times))}) {raw}")
+
+
 def limits_query(namespace: str | None) -> str:
     sel = selector(namespace, 'kind=~"min|max"')
     return f"max by (namespace, raycluster, group, kind) ({RAY_WORKERS}{sel})"
@@ -56,9 +124,10 @@ class Team:
     cluster_queue: str
     allocated_gpu_hours: float = 0.0
     used_gpu_hours: float = 0.0
-    cost: float | None = None
+    cost: float | None = None  # of the GPU-hours with a price; None when none had one
     effective_cost: float | None = None
     unpriced_gpu_hours: float = 0.0
+    unpriced: set[tuple[str, str]] = field(default_factory=set)  # (flavor, GPU model) with no price
     # per point in time: (t, allocated GPUs, used GPUs, cost per hour, effective cost per hour)
     timeline: dict[float, list[float]] = field(default_factory=dict)
 
@@ -82,6 +151,7 @@ class Team:
             "cost": self.cost,
             "effective_cost": self.effective_cost,
             "unpriced_gpu_hours": self.unpriced_gpu_hours,
+            "unpriced": [{"flavor": f, "modelName": m} for f, m in sorted(self.unpriced)],
         }
 
 
@@ -106,17 +176,29 @@ def teams(allocated: Sequence[Series], used: Sequence[Series], step: float, pric
             row[0] += n
             row[1] += u
             if price is None:
-                team.unpriced_gpu_hours += n * hours if prices else 0.0
+                if prices:
+                    team.unpriced_gpu_hours += n * hours
+                    team.unpriced.add((key[3], key[4]))
             else:
                 team.cost = (team.cost or 0.0) + n * price * hours
                 team.effective_cost = (team.effective_cost or 0.0) + u * price * hours
                 row[2] += n * price
                 row[3] += u * price
-    if prices:
-        for team in out.values():
-            if team.cost is None:
-                team.cost = team.effective_cost = 0.0
     return sorted(out.values(), key=lambda t: (-t.idle_gpu_hours, t.namespace, t.local_queue))
+
+
+def unpriced_warnings(teams: Sequence[Team]) -> list[str]:
+    """One line per team with GPU-hours no --price covered: how many, for which flavor / GPU model; their
+    cost is left out of the team's cost (never counted as 0 USD)."""
+    out = []
+    for t in teams:
+        if t.unpriced_gpu_hours <= 0:
+            continue
+        what = ", ".join(f"flavor {f or '(none)'} / model {m or '(unknown)'}" for f, m in sorted(t.unpriced))
+        left = "no cost shown" if t.cost is None else "left out of its cost"
+        out.append(f"warning: {t.namespace}/{t.local_queue or '-'}: {t.unpriced_gpu_hours:,.1f} GPU-hours had no "
+                   f"price ({what}; add --price for them), {left}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -212,6 +294,22 @@ class Report:
     recommendations: list[rs.GroupRecommendation]
     job_kinds: list[rs.JobKindRecommendation]
     empty_reason: str | None = None
+    # where the team numbers came from: the moments read from the raw series, and all moments with data
+    raw_times: frozenset[float] = frozenset()
+    times: frozenset[float] = frozenset()
+
+    @property
+    def source(self) -> str:
+        return source_text(self.raw_times, self.times, self.step_s)
+
+    @property
+    def raw_series_share(self) -> float | None:
+        """Share of the moments with data whose numbers were evaluated over the raw series (0-1)."""
+        return len(self.raw_times) / len(self.times) if self.times else None
+
+    @property
+    def warnings(self) -> list[str]:
+        return unpriced_warnings(self.teams)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -221,6 +319,9 @@ class Report:
             "namespace": self.namespace,
             "prices": dict(self.prices.by_key),
             "empty_reason": self.empty_reason,
+            "source": self.source,
+            "raw_series_share": self.raw_series_share,
+            "warnings": self.warnings,
             "teams": [t.to_json() for t in self.teams],
             "recommendations": [recommendation_json(r) for r in self.recommendations],
             "job_kinds": [job_kind_json(r) for r in self.job_kinds],

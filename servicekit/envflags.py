@@ -101,4 +101,10 @@ def apply_env(
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every flag's default (``(default: ...)``) and keeps the description's line breaks."""
+    """Shows every flag's default (``(default: ...)``; none where the default is unset or an empty list,
+    which the help then describes in words) and keeps the description's line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default == []:
+            return action.help
+        return super()._get_help_string(action)

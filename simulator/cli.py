@@ -32,7 +32,8 @@ from typing import Any
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults, parse_duration
 from autoscaler.core.policy.stall import MIN_WINDOW_SECONDS, StallConfig
 from servicekit.argtypes import count, positive_seconds
-from servicekit.envflags import EnvError, HelpFormatter, apply_env
+from servicekit.cli import Parser
+from servicekit.envflags import EnvError, apply_env
 from simulator.cluster import PLACEMENTS
 from simulator.engine import POLICIES, Engine, SimConfig
 from simulator.inputs import (
@@ -71,8 +72,7 @@ REMOVED_POLICIES: dict[str, str] = {  # name -> why it is gone (the CLI still na
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="queuepilot simulate", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = Parser(prog="queuepilot simulate", description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", default=str(default_trace()),
                    help="a Philly-format CSV (timestamp,duration,num_gpus,gpu_time,cluster) or 'synthetic'")
     p.add_argument("--start", default=DEFAULT_START,
@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hang-share", type=share, default=SimConfig().hang_share, metavar="F",
                    help="the share of final stalls during which Ray shows a task still running (hung)")
     p.add_argument("--no-progress", action="store_true", default=False, help="no progress bar")
+    p.add_argument("--quiet", action="store_true", default=False,
+                   help="no decision lines and no progress bar on stderr; the tables and the verdicts stay")
     return p
 
 
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     except EnvError as e:
         parser.error(str(e))
     args = parser.parse_args(argv_list)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     try:
         policies = parse_policies(args.policies)
         if args.out:
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(window.jobs)} jobs ({window.dropped_too_large} larger than the cluster dropped), "
           f"{cfg.nodes} nodes x {cfg.gpus_per_node} GPUs, {args.hours:g} h, seed {args.seed}", file=sys.stderr)
     t0 = time.perf_counter()
-    engines, recommendations = _run(window, window_s, policies, cfg, progress=not args.no_progress)
+    engines, recommendations = _run(window, window_s, policies, cfg, progress=not (args.no_progress or args.quiet))
     elapsed = time.perf_counter() - t0
     meta = {
         "trace": args.trace, "start": args.start if args.trace != "synthetic" else None, "hours": args.hours,
@@ -238,11 +240,13 @@ def main(argv: list[str] | None = None) -> int:
         from simulator.report import write_outputs
 
         write_outputs(Path(args.out), engines)
-    from simulator.report import accounting_table, recommendations_table
+    from simulator.report import accounting_table, recommendations_table, verdict_lines
 
     print(accounting_table(out["policies"]), file=sys.stderr)
     print(recommendations_table(recommendations), file=sys.stderr)
     print(f"simulated {len(policies)} policies in {elapsed:.1f}s", file=sys.stderr)
+    for line in verdict_lines(out["policies"]):
+        print(line, file=sys.stderr)
     return 0
 
 

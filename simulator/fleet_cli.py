@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servicekit.cli import Parser
 from simulator.fleet import CLASSES, DISPATCHERS, FleetConfig, FleetSim, run_dispatchers, split_nodes
 from simulator.fleet_table import table_rows
 from simulator.inputs import (
@@ -33,14 +34,6 @@ from simulator.inputs import (
 )
 
 PROG = "queuepilot simulate"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (and exit status 2)."""
-
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        print(f"{PROG}: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def _int_at_least(low: int):
@@ -57,7 +50,7 @@ def _int_at_least(low: int):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
+    p = Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--trace", default=str(default_trace()),
                    help="a Philly-format CSV (timestamp,duration,num_gpus,gpu_time,cluster) or 'synthetic'")
     p.add_argument("--start", default=DEFAULT_START, help="window start (ISO date/time; ignored for synthetic)")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import tempfile
 from pathlib import Path
 
+from servicekit.outpaths import check_writable as check_writable  # the CLIs' probe, named here for them
 from simulator.utilization import DEFAULT_MODEL, DEFAULT_RESUME_SHARE, MODELS, PhasedModel
 from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
 
@@ -74,19 +74,6 @@ def duration(text: str) -> float:
     return value
 
 
-def check_writable(path: Path, *, directory: bool) -> None:
-    """Fail before the run, not after it: create ``path`` (a directory) or its parent, and write a probe."""
-    where = path if directory else path.parent
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=where, prefix=".queuepilot-probe-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"cannot write to {where}: {e.strerror or e}") from None
-    if not directory and path.is_dir():
-        raise ValueError(f"{path} is a directory, not a file")
-
-
 def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
                 util_model: str = DEFAULT_MODEL, resume_share: float = DEFAULT_RESUME_SHARE) -> TraceWindow:
     """The jobs of ``hours`` from ``start`` of ``trace`` (a Philly-format CSV, or ``synthetic``), each
@@ -109,7 +96,12 @@ def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
         raise ValueError(f"--start {start!r} is not an ISO date/time (e.g. 2017-10-03 or 2017-10-03T08:00)") from None
     window = load_philly(path, begin, hours, seed, max_gpus, util_model=model)
     first, last = window.trace_range
-    if first is not None and last is not None and not first <= begin <= last:
-        raise ValueError(f"--start {start} is outside the trace, which runs from {first:%Y-%m-%d %H:%M} "
-                         f"to {last:%Y-%m-%d %H:%M}")
+    if first is not None and last is not None:
+        span = f"the trace runs from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M}"
+        if not first <= begin <= last:
+            raise ValueError(f"--start {start} is outside the trace: {span}")
+        left = (last - begin).total_seconds() / 3600
+        if hours > left:
+            raise ValueError(f"--start {start} --hours {hours:g} runs {hours - left:.1f} h past the end of the trace: "
+                             f"{span}, so at most --hours {max(left, 0.0):.1f} from that start")
     return window

@@ -159,3 +159,54 @@ def accounting_table(policies: Mapping[str, Mapping[str, Any]]) -> str:
             f"{p['killed_gpu_hours']:>8,.1f}{p['lower_bound_idle_gpu_hours']:>8,.0f}  "
             f"{w95['ray_task']:>7,.0f}/{w99['ray_task']:>8,.0f}  {w95['workload']:>8,.0f}/{w99['workload']:>9,.0f}")
     return "\n".join(lines)
+
+
+BASELINES = ("ray-idle", "kueue-quota")  # what a cluster runs without queuepilot: Ray's autoscaler, Kueue alone
+
+
+def _span(seconds: float) -> str:
+    """A duration for people: 40 s, 3.5 min, 2.1 h."""
+    s = abs(seconds)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def _wait_words(what: str, mine: float, theirs: float) -> str:
+    if abs(mine - theirs) < max(1.0, 0.05 * theirs):
+        return f"{what} about as long ({_span(mine)} at p95)"
+    word = "longer" if mine > theirs else "shorter"
+    return f"{what} {_span(mine - theirs)} {word} ({_span(mine)} against {_span(theirs)} at p95)"
+
+
+def _against(p: Mapping[str, Any], b: Mapping[str, Any], baseline: str) -> str:
+    idle, their_idle = p["idle_gpu_hours"], b["idle_gpu_hours"]
+    if abs(idle - their_idle) < 0.05:
+        held = "as many idle GPU-hours"
+    else:
+        pct = f" ({abs(idle - their_idle) / their_idle:.0%})" if their_idle > 0 else ""
+        held = f"{abs(idle - their_idle):,.1f} idle GPU-hours {'fewer' if idle < their_idle else 'more'}{pct}"
+    w95, t95 = p["wait_p95_s_by_class"], b["wait_p95_s_by_class"]
+    killed, their_killed = p["killed_gpu_hours"], b["killed_gpu_hours"]
+    kills = ("no work killed" if killed == their_killed == 0 else
+             f"{killed:,.1f} GPU-hours of work killed against {their_killed:,.1f}")
+    return (f"against {baseline}: {held}, {_wait_words('Ray tasks waited', w95['ray_task'], t95['ray_task'])}, "
+            f"{_wait_words('workloads waited', w95['workload'], t95['workload'])}, {kills}")
+
+
+def verdict_lines(policies: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One closing line per policy, in plain words, on how it did against the baselines of the same run
+    (Ray's own autoscaler, ``ray-idle``, and Kueue alone, ``kueue-quota``): idle GPU-hours held, p95
+    waits of Ray tasks and of workloads, work killed.  Without either baseline in the run, one line that
+    says how to get them."""
+    present = [b for b in BASELINES if b in policies]
+    if not present:
+        return [f"(add {' or '.join(BASELINES)} to --policies to compare the policies with the baselines)"]
+    out = []
+    for name, p in policies.items():
+        parts = [_against(p, policies[b], b) for b in present if b != name]
+        if parts:
+            out.append(f"{name}: " + "; ".join(parts) + ".")
+    return out

@@ -188,6 +188,30 @@ def _conditions(status: Mapping[str, Any]) -> dict[str, tuple[bool, float | None
     return out
 
 
+# the eviction reasons Kueue gives a workload whose admission check answered Retry or Rejected: they come
+# before admission, so they say nothing of whether the workload was ever admitted
+_CHECK_EVICTIONS = frozenset({"AdmissionCheck", "DeactivatedDueToAdmissionCheck"})
+# v1beta2's name; v1beta1 spelt it with a typo (a server converting for an old client may still say so)
+_PAST_EXECUTION = ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds")
+
+
+def _was_admitted(status: Mapping[str, Any]) -> bool:
+    """Whether a workload that is not admitted now was admitted before: Kueue adds the admitted time to
+    ``status.accumulatedPastExecutionTimeSeconds`` when it leaves Admitted, and counts evictions other
+    than an admission check's by reason in ``status.schedulingStats.evictions``.  (Kueue may set
+    ``Admitted=False`` on a workload never admitted, so the condition alone does not tell.)"""
+    for key in _PAST_EXECUTION:
+        if (_int(status.get(key), f"status.{key}") or 0) > 0:
+            return True
+    stats = _dict(status.get("schedulingStats"), "status.schedulingStats")
+    for i, e in enumerate(_list(stats.get("evictions"), "status.schedulingStats.evictions")):
+        e = _dict(e, f"status.schedulingStats.evictions[{i}]")
+        count = _int(e.get("count"), f"status.schedulingStats.evictions[{i}].count") or 0
+        if count > 0 and str(e.get("reason", "")) not in _CHECK_EVICTIONS:
+            return True
+    return False
+
+
 # ------------------------------------------------------------------------------ pod templates
 def _container_resources(c: Mapping[str, Any], where: str) -> dict[str, float]:
     """A container's requests; where a resource has only a limit, the limit (Kubernetes defaulting)."""
@@ -291,6 +315,7 @@ def workload_view(obj: Mapping[str, Any]) -> WorkloadState:
         if isinstance(ref, dict) and (ref.get("controller") or not owner_kind):
             owner_kind, owner_name = str(ref.get("kind", "")), str(ref.get("name", ""))
     requeued = conds.get("Requeued")
+    admission_lost_at = adm_at if not adm and adm_at is not None and _was_admitted(status) else None
     active = spec.get("active", True)
     cq = admission.get("clusterQueue")
     return WorkloadState(
@@ -311,6 +336,7 @@ def workload_view(obj: Mapping[str, Any]) -> WorkloadState:
         evicted=conds.get("Evicted", (False, None))[0],
         finished=conds.get("Finished", (False, None))[0],
         requeued_at=requeued[1] if requeued else None,
+        admission_lost_at=admission_lost_at,
         flavors=MappingProxyType(flavors) if flavors else EMPTY,
         admitted_counts=MappingProxyType(counts) if counts else EMPTY,
         checks=tuple(checks),

@@ -30,7 +30,7 @@ def _gauge(spec: MetricSpec) -> GaugeMetricFamily:
 
 
 GAUGE_SPECS: tuple[MetricSpec, ...] = (
-    m.QUEUE_PENDING_WORKLOADS, m.QUEUE_OLDEST_PENDING, m.QUEUE_PENDING_GPUS,
+    m.QUEUE_PENDING_WORKLOADS, m.QUEUE_OLDEST_PENDING, m.QUEUE_OLDEST_PENDING_SINCE_REQUEUE, m.QUEUE_PENDING_GPUS,
     m.FLAVOR_GPUS, m.FLAVOR_LARGEST_FREE_BLOCK, m.RESERVED_GPUS,
     m.RAY_WORKERS, m.RAY_PENDING_GPUS, m.RAY_GPU_UTILIZATION, m.RAY_IDLE_GPUS,
     m.IS_LEADER, m.SIGNAL_AGE_SECONDS, m.SIGNAL_STALE, m.CACHE_OBJECTS, m.CACHE_SYNCED, *m.ECONOMICS_FAMILIES,
@@ -140,16 +140,20 @@ class ControllerCollector(Collector):
         # (cluster_queue, namespace, local_queue); every known queue starts at 0, as Kueue's own gauges
         # do, so an idle queue shows 0 rather than no data. A ClusterQueue no LocalQueue points at
         # gets one series with empty namespace/local_queue.
+        # oldest: the age a person sees (from creation, across Retries and requeues); kueue_oldest: Kueue's
+        # rule (from the last requeue)
         count: dict[tuple[str, str, str], int] = {}
         oldest: dict[tuple[str, str, str], float] = {}
+        kueue_oldest: dict[tuple[str, str, str], float] = {}
         with_local: set[str] = set()
         for lq in snap.local_queues.values():
             key = (lq.cluster_queue, lq.namespace, lq.name)
-            count[key], oldest[key] = 0, 0.0
+            count[key], oldest[key], kueue_oldest[key] = 0, 0.0, 0.0
             with_local.add(lq.cluster_queue)
         for cq_name in snap.cluster_queues:
             if cq_name not in with_local:
-                count[(cq_name, "", "")], oldest[(cq_name, "", "")] = 0, 0.0
+                key = (cq_name, "", "")
+                count[key], oldest[key], kueue_oldest[key] = 0, 0.0, 0.0
         gpus: dict[tuple[str, str], float] = defaultdict(float)
         for w in snap.workloads.values():
             if not w.pending:
@@ -157,7 +161,8 @@ class ControllerCollector(Collector):
             cq = w.cluster_queue or ""
             key = (cq, w.namespace, w.local_queue)
             count[key] = count.get(key, 0) + 1
-            oldest[key] = max(oldest.get(key, 0.0), max(0.0, now - w.queued_since))
+            oldest[key] = max(oldest.get(key, 0.0), max(0.0, now - w.pending_since))
+            kueue_oldest[key] = max(kueue_oldest.get(key, 0.0), max(0.0, now - w.queued_since))
             cq_state = snap.cluster_queues.get(cq)
             default_flavor = cq_state.flavor_order[0] if cq_state and cq_state.flavor_order else NO_FLAVOR
             for ps in w.pod_sets:
@@ -168,6 +173,7 @@ class ControllerCollector(Collector):
         for key in sorted(count):
             fams[m.QUEUE_PENDING_WORKLOADS.name].add_metric(list(key), float(count[key]))
             fams[m.QUEUE_OLDEST_PENDING.name].add_metric(list(key), oldest[key])
+            fams[m.QUEUE_OLDEST_PENDING_SINCE_REQUEUE.name].add_metric(list(key), kueue_oldest[key])
         for key in sorted(gpus):
             fams[m.QUEUE_PENDING_GPUS.name].add_metric(list(key), gpus[key])
 

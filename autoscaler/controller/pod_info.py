@@ -15,8 +15,11 @@ A pure function of the ``ClusterSnapshot`` (and, optionally, the Kueue pods the 
   TrainJob ``<job>-node-0-0-<hash>``; the longest job name wins), else emitted with its namespace only.
 
 Labels: ``namespace``, ``pod``, ``raycluster``, ``group``, ``cluster_queue``, ``local_queue``, ``flavor``
-(the Kueue ResourceFlavor of the pod's GPUs, when Kueue assigned one) and ``job_kind`` (the Workload's
-owner kind: RayCluster, RayJob, Job, PyTorchJob, TrainJob, ...). An unknown value is ``""``.
+and ``job_kind`` (the Workload's owner kind: RayCluster, RayJob, Job, PyTorchJob, TrainJob, ...). An
+unknown value is ``""``.  ``flavor`` is the Kueue ResourceFlavor of the pod's GPUs, which prices them in
+``queuepilot report`` and the cost rules: the flavor its Workload was admitted with for that pod set, else
+(a RayCluster Kueue does not manage, a worker group whose pod set is not named after it) the flavor whose
+``nodeLabels`` select the node the pod runs on (the most specific one where several do).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class KueuePod:
     name: str
     gpu_requests: int
     labels: Mapping[str, str]
+    node: str | None = None
 
 
 def _gpu_flavor(w: WorkloadState, podset: str | None) -> str:
@@ -52,6 +56,21 @@ def _gpu_flavor(w: WorkloadState, podset: str | None) -> str:
         return w.flavors[podset].get(GPU_RESOURCE, "")
     found = {f[GPU_RESOURCE] for f in w.flavors.values() if GPU_RESOURCE in f}
     return found.pop() if len(found) == 1 else ""
+
+
+def node_flavors(snapshot: ClusterSnapshot) -> dict[str, str]:
+    """Node -> the ResourceFlavor whose ``nodeLabels`` select it: the one with the most labels where several
+    do (a flavor without labels selects every node); none where two equally specific ones do."""
+    best: dict[str, tuple[int, str | None]] = {}
+    for f in snapshot.flavors.values():
+        rank = len(f.node_labels)
+        for node in f.node_names:
+            have = best.get(node)
+            if have is None or rank > have[0]:
+                best[node] = (rank, f.name)
+            elif rank == have[0]:
+                best[node] = (rank, None)  # ambiguous
+    return {node: name for node, (_, name) in best.items() if name is not None}
 
 
 def _by_job_name(workloads: Iterable[WorkloadState], namespace: str, pod: str) -> WorkloadState | None:
@@ -114,6 +133,10 @@ def pod_info(snapshot: ClusterSnapshot, kueue_pods: Iterable[KueuePod] = ()) -> 
     """Label sets of ``queuepilot_pod_info``, one per GPU-holding pod, sorted by (namespace, pod)."""
     out: dict[tuple[str, str], dict[str, str]] = {}
     index = _Workloads(snapshot)
+    on_node = node_flavors(snapshot)
+
+    def flavor(w: WorkloadState | None, podset: str | None, node: str | None) -> str:
+        return (_gpu_flavor(w, podset) if w else "") or on_node.get(node or "", "")
 
     def put(namespace: str, pod: str, **labels: str) -> None:
         row = dict.fromkeys(LABELS, "")
@@ -135,7 +158,7 @@ def pod_info(snapshot: ClusterSnapshot, kueue_pods: Iterable[KueuePod] = ()) -> 
                 put(
                     rc.namespace, worker.pod, raycluster=rc.name, group=g.name,
                     local_queue=local_queue or "", cluster_queue=cluster_queue,
-                    flavor=_gpu_flavor(w, g.name.lower()) if w else "",
+                    flavor=flavor(w, g.name.lower(), worker.node),
                     job_kind=(w.owner_kind if w else ""),
                 )
 
@@ -150,7 +173,7 @@ def pod_info(snapshot: ClusterSnapshot, kueue_pods: Iterable[KueuePod] = ()) -> 
         put(
             p.namespace, p.name, local_queue=lq or (owner.local_queue if owner else ""),
             cluster_queue=cq or ((owner.cluster_queue or "") if owner else ""),
-            flavor=_gpu_flavor(owner, podset) if owner else "",
+            flavor=flavor(owner, podset, p.node),
             job_kind=owner.owner_kind if owner else "",
         )
 
@@ -164,7 +187,7 @@ def pod_info(snapshot: ClusterSnapshot, kueue_pods: Iterable[KueuePod] = ()) -> 
                 gpu.pod.namespace, gpu.pod.name,
                 local_queue=owner.local_queue if owner else "",
                 cluster_queue=(owner.cluster_queue or "") if owner else "",
-                flavor=_gpu_flavor(owner, None) if owner else "",
+                flavor=flavor(owner, None, node_name),
                 job_kind=owner.owner_kind if owner else "",
             )
     return [out[k] for k in sorted(out)]

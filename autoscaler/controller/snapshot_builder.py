@@ -90,7 +90,8 @@ def _ray_cluster(
     ray_stale: float,
 ) -> RayClusterState:
     status = obs.status if obs else None
-    return _ray_signal(_ray_workers(view, workers_by_group, util_by_pod, status), obs, local_queues, ray_stale)
+    return _ray_signal(_ray_workers(view, workers_by_group, util_by_pod, status), obs, local_queues, ray_stale,
+                       polled=view.dashboard is not None)
 
 
 def _ray_workers(view: RayClusterView, workers_by_group: Mapping[str, list[PodView]],
@@ -131,15 +132,17 @@ def _ray_workers(view: RayClusterView, workers_by_group: Mapping[str, list[PodVi
 
 
 def _ray_signal(rc: RayClusterState, obs: RayObservation | None, local_queues: Mapping[str, LocalQueueState],
-                ray_stale: float) -> RayClusterState:
+                ray_stale: float, *, polled: bool) -> RayClusterState:
     """The RayCluster (with its workers) with Ray's pending demand, the Ray signal's freshness and its
-    ClusterQueue."""
+    ClusterQueue.  A cluster whose Ray is not polled (no dashboard target) and of which nothing was
+    observed has no Ray signal (``demand_signal`` None), rather than one forever stale."""
     status = obs.status if obs else None
     demand: tuple[RayDemand, ...] = tuple(getattr(status, "demand", ()) or ())
     return dataclasses.replace(
         rc,
         demand=demand,
-        demand_signal=SignalStatus(f"ray/{rc.namespace}/{rc.name}", obs.observed_at if obs else None, ray_stale),
+        demand_signal=(SignalStatus(f"ray/{rc.namespace}/{rc.name}", obs.observed_at if obs else None, ray_stale)
+                       if obs is not None or polled else None),
         cluster_queue=_resolve_cq(local_queues, rc.namespace, rc.labels.get(QUEUE_NAME_LABEL)),
     )
 
@@ -322,12 +325,13 @@ class SnapshotBuilder:
             else:
                 with_workers = _ray_workers(v, by_group, util_by_pod, status)
             signalled = (with_workers, getattr(status, "demand", None), obs.observed_at if obs else None, cq,
-                         config.ray_stale_seconds)
+                         config.ray_stale_seconds, obs is not None or v.dashboard is not None)
             if old is not None and old[2] == signalled:
                 out_rc = old[3]
                 reused += 1
             else:
-                out_rc = _ray_signal(with_workers, obs, local_queues, config.ray_stale_seconds)
+                out_rc = _ray_signal(with_workers, obs, local_queues, config.ray_stale_seconds,
+                                     polled=v.dashboard is not None)
             ray_clusters[key] = out_rc
             ray_memo[key] = (joined, with_workers, signalled, out_rc)
         self._rays = ray_memo

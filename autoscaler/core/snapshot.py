@@ -123,9 +123,11 @@ class NodeState:
 
     @property
     def healthy_gpus(self) -> int:
+        """Allocatable GPUs not reported unhealthy (an unhealthy GPU a pod still holds is not healthy
+        either: healthy + unhealthy is the node's allocatable)."""
         if not self.ready:
             return 0
-        return max(0, self.gpu_allocatable - self.unhealthy_unallocated_gpus)
+        return max(0, self.gpu_allocatable - self.unhealthy_gpus)
 
     @property
     def free_gpus(self) -> int:
@@ -205,6 +207,10 @@ class WorkloadState:
     evicted: bool = False
     finished: bool = False
     requeued_at: float | None = None  # Requeued.lastTransitionTime, if the condition exists
+    # when an admitted workload lost its admission (Admitted turned False: preempted, PodsReady timeout,
+    # node failure, ...); None for a workload never admitted. A Retry never moves it: a workload Retried
+    # before admission was never admitted, and Admitted stays False across later Retries.
+    admission_lost_at: float | None = None
     # podset name -> (resource name -> flavor), from status.admission.podSetAssignments
     flavors: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     # podset name -> pods counted at admission (podSetAssignments[].count), falls back to spec count
@@ -228,8 +234,16 @@ class WorkloadState:
 
     @property
     def queued_since(self) -> float:
-        """Kueue's T0: Requeued.lastTransitionTime if present, else creationTimestamp."""
+        """Kueue's T0: Requeued.lastTransitionTime if present, else creationTimestamp.  A Retry requeues
+        a workload every few minutes, so this restarts at each one (Kueue's queue-wait histograms)."""
         return self.requeued_at if self.requeued_at is not None else self.created_at
+
+    @property
+    def pending_since(self) -> float:
+        """Since when a person has been waiting for it: its creation, or, for a workload that was admitted
+        and then evicted, that eviction; Retries and requeues do not move it."""
+        lost = self.admission_lost_at
+        return lost if lost is not None and lost > self.created_at else self.created_at
 
     @property
     def decision_order(self) -> tuple[int, float, str]:

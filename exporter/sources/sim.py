@@ -220,9 +220,11 @@ class SimSource:
             raise ValueError("utilization must be within 0..1")
         self._gpus[index].load = utilization_0_1
 
-    def inject_xid(self, index: int, xid: int) -> None:
+    def inject_xid(self, index: int, xid: int, at: float | None = None) -> None:
+        """An XID event on GPU ``index``, reported at the next collection, stamped ``at`` (in the clock the
+        source is collected with; default: the time of that collection)."""
         self._gpus[index]  # IndexError now, not at the next collect
-        self._pending_xids.append((index, xid, None))
+        self._pending_xids.append((index, xid, at))
 
     def set_lost(self, index: int, lost: bool) -> None:
         self._gpus[index].lost = lost

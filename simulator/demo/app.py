@@ -12,10 +12,14 @@ synthetic trace with GPU failures) runs in accelerated real time (60x by default
   the simulated Kueue/KubeRay objects, scraping the exporters for GPU readings, asking the simulated
   Ray for demand, and writing its decisions back into the simulation;
 
-with a live rich view (``--no-tui``: a plain line every few seconds).  ``--prometheus`` starts a local
-Prometheus (when the ``prometheus`` binary is installed) scraping both, on loopback, in a temp dir.
-``--duration`` ends it cleanly, as do Ctrl-C and SIGTERM.  Every flag can also be set as
-``QUEUEPILOT_<FLAG>`` (on/off flags: 1/true/yes/on or 0/false/no/off).
+with a live rich view when stdout is a terminal; with ``--no-tui``, or when stdout is not a terminal (a
+pipe, a file, a CI log), one line per decision as it happens and a status line every few seconds.
+``--prometheus`` starts a local Prometheus (when the ``prometheus`` binary is installed) scraping both,
+on loopback, in a temp dir, with the generated alert and recording rules loaded (``queuepilot report``
+works against it).  ``--duration`` ends it cleanly, as do Ctrl-C, SIGTERM and SIGHUP (a closed
+terminal or ``tmux kill-session``, also when a parent such as make ignores SIGHUP): every port is
+released and the Prometheus child stops.  Every flag can also be set as ``QUEUEPILOT_<FLAG>`` (on/off
+flags: 1/true/yes/on or 0/false/no/off).
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import Controller
 from exporter.server import ExporterApp
 from servicekit.argtypes import count, non_negative_seconds
-from servicekit.envflags import EnvError, HelpFormatter, apply_env
+from servicekit.cli import Parser, fail
+from servicekit.envflags import EnvError, apply_env
 from servicekit.listen import ListenAddress, listen_arg
 from simulator.demo.sources import SimRayClient
 from simulator.demo.world import DemoConfig, DemoWorld, _clock
@@ -55,13 +60,15 @@ STEP_S = 0.25  # real seconds between simulation steps
 CONTROL_INTERVAL_S = 30.0  # simulated seconds between the controller's resync passes
 POLL_S = 0.5  # real seconds between GPU scrapes and Ray polls
 EXPORTER_INTERVAL_S = 0.5  # real seconds between exporter collections
-PLAIN_EVERY_S = 2.0
+PLAIN_EVERY_S = 10.0  # real seconds between status lines without the live view
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 REPO = Path(__file__).resolve().parents[2]
+RULE_FILES = (REPO / "alerts" / "generated" / "queuepilot-rules.yaml",
+              REPO / "alerts" / "generated" / "queuepilot-economics.yaml")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="queuepilot demo", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = Parser(prog="queuepilot demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=non_negative_seconds, default=0.0,
                    help="real seconds to run (0: until Ctrl-C / SIGTERM)")
     p.add_argument("--exporter-listen", type=listen_arg, default=DEFAULT_EXPORTER_LISTEN,
@@ -69,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--controller-listen", type=listen_arg, default=DEFAULT_CONTROLLER_LISTEN,
                    help="HOST:PORT of the controller's /metrics, /healthz and /readyz (port 0: any)")
     p.add_argument("--no-tui", action="store_true", default=False,
-                   help="print a plain status line every few seconds instead of the live view")
+                   help="one line per decision and a status line every few seconds instead of the live view "
+                        "(also when stdout is not a terminal)")
     p.add_argument("--prometheus", action="store_true", default=False,
                    help="start a local Prometheus scraping both endpoints (needs the prometheus binary)")
     p.add_argument("--speed", type=positive_number, default=60.0, help="simulated seconds per real second")
@@ -116,6 +124,22 @@ def demo_controller(world: DemoWorld, listen: ListenAddress, exporters: list[Exp
                       gpu_signal=gpu_signal)
 
 
+def demo_exporters(world: DemoWorld, listens: list[str]) -> list[ExporterApp]:
+    """One real ``ExporterApp`` per simulated node, on the simulation's clock: its health windows (a fatal
+    XID keeps a GPU unhealthy ``--fatal-xid-window`` seconds), XID hold and sample ages run in simulated
+    seconds, as the controller's do, so both say the same about a GPU at the same moment.  Collections run
+    every ``EXPORTER_INTERVAL_S`` real seconds (``speed`` x as many simulated), so the health endpoint's
+    staleness limit, counted in the clock's seconds, is as many real intervals as a real exporter's.  Which
+    pod holds which GPU reaches it through its PodResources client (the kubelet's answer, simulated)."""
+    apps = []
+    for (name, src), listen in zip(world.sources.items(), listens, strict=True):
+        app = ExporterApp(src, listen=listen, hostname=name, interval=EXPORTER_INTERVAL_S,
+                          clock=lambda: world.sim_now, stale_after_intervals=3.0 * world.cfg.speed)
+        app.pod_resources = app.agent.pod_resources = world.pod_resources[name]
+        apps.append(app)
+    return apps
+
+
 def _exporter_listens(first: ListenAddress, n: int) -> list[str]:
     h = f"[{first.host}]" if ":" in first.host else first.host
     return [f"{h}:{0 if first.port == 0 else first.port + i}" for i in range(n)]
@@ -123,10 +147,12 @@ def _exporter_listens(first: ListenAddress, n: int) -> list[str]:
 
 # ------------------------------------------------------------------------------------ prometheus
 class LocalPrometheus:
-    """A Prometheus on 127.0.0.1 with a temp dir, scraping the demo's endpoints every 5 s."""
+    """A Prometheus on 127.0.0.1 with a temp dir, scraping the demo's endpoints every 5 s and evaluating
+    ``rule_files`` (the generated alert and economics recording rules) every 15 s."""
 
-    def __init__(self, targets: dict[str, list[str]]) -> None:
+    def __init__(self, targets: dict[str, list[str]], rule_files: tuple[Path, ...] = RULE_FILES) -> None:
         self.targets = targets
+        self.rule_files = tuple(p for p in rule_files if p.is_file())
         self.proc: subprocess.Popen | None = None
         self.tmp: tempfile.TemporaryDirectory | None = None
         self.url = ""
@@ -143,7 +169,8 @@ class LocalPrometheus:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         config = {
-            "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+            "global": {"scrape_interval": "5s", "evaluation_interval": "15s"},
+            "rule_files": [str(p) for p in self.rule_files],
             "scrape_configs": [{"job_name": job, "static_configs": [{"targets": t}]} for job, t in self.targets.items()],
         }
         (d / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -202,20 +229,15 @@ def _hostport(url: str) -> str:
 async def run(args: argparse.Namespace) -> int:
     world = DemoWorld(DemoConfig(nodes=args.nodes, speed=args.speed, seed=args.seed, util_model=args.util_model))
     await world.warm_up()
-    exporters = [
-        ExporterApp(src, listen=listen, hostname=name, interval=EXPORTER_INTERVAL_S)
-        for (name, src), listen in zip(world.sources.items(), _exporter_listens(args.exporter_listen, len(world.sources)),
-                                       strict=True)
-    ]
-    for app in exporters:  # which pod holds which GPU: the kubelet's PodResources answer, simulated
-        app.pod_resources = app.agent.pod_resources = world.pod_resources[app.hostname]
+    exporters = demo_exporters(world, _exporter_listens(args.exporter_listen, len(world.sources)))
     controller = demo_controller(world, args.controller_listen, exporters)
     world.hand_over(controller.published, controller.counters, lambda: controller.request_pass("world"))
     prom: LocalPrometheus | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:  # a handler, not the default: SIGHUP may arrive ignored from the parent (make)
         loop.add_signal_handler(sig, stop.set)
+    say = _Output(stop)
     started: list[ExporterApp] = []
     try:
         for app in exporters:
@@ -226,13 +248,13 @@ async def run(args: argparse.Namespace) -> int:
                                                           controller.config.listen_host)
         controller_url = f"http://{'[' + host + ']' if ':' in host else host}:{controller.port}/metrics"
         urls = [app.metrics_url for app in exporters] + [controller_url]
-        fail = ("" if world.cfg.fail_after_s is None else
-                f"; a GPU fails {world.cfg.fail_after_s / args.speed:.0f} real seconds in")
-        print(f"queuepilot demo: {len(exporters)} nodes x {world.cfg.gpus_per_node} GPUs, 3 teams, x{args.speed:g} "
-              f"real time, opening {_clock(world.sim_now)}{fail}", flush=True)
+        say(f"queuepilot demo: {len(exporters)} nodes x {world.cfg.gpus_per_node} GPUs, 3 teams, x{args.speed:g} "
+            f"real time, opening {_clock(world.sim_now)}; the first real minute shows a Ray scale-up and "
+            "scale-down, Retries with their reasons, a Rejected request, idle GPUs reclaimed, a stalled "
+            "workload and a GPU failure")
         for app in exporters:
-            print(f"  exporter   {app.hostname}: {app.metrics_url}", flush=True)
-        print(f"  controller: {controller_url} (and /healthz, /readyz)", flush=True)
+            say(f"  exporter   {app.hostname}: {app.metrics_url}")
+        say(f"  controller: {controller_url} (and /healthz, /readyz)")
         if args.prometheus:
             prom = LocalPrometheus({
                 "queuepilot-exporter": [_hostport(a.metrics_url) for a in exporters],
@@ -242,37 +264,62 @@ async def run(args: argparse.Namespace) -> int:
                 if not await asyncio.to_thread(prom.wait_ready):
                     print("--prometheus: Prometheus did not become ready (see its log); continuing", file=sys.stderr)
                 dashboards = sorted((REPO / "dashboards" / "generated").glob("*.json"))
-                print(f"  prometheus: {prom.url} (scraping every 5s)", flush=True)
-                print("  dashboards: in Grafana add a Prometheus data source at "
-                      f"{prom.url}, then Dashboards > Import each of: "
-                      + (", ".join(str(p) for p in dashboards) or "dashboards/generated/*.json (run make generate)"),
-                      flush=True)
-        await _loop(world, args, urls, stop)
+                say(f"  prometheus: {prom.url} (scraping every 5s; alert and recording rules loaded: "
+                    f"queuepilot report --prometheus-url {prom.url} --window 30m)")
+                say("  dashboards: in Grafana add a Prometheus data source at "
+                    f"{prom.url}, then Dashboards > Import each of: "
+                    + (", ".join(str(p) for p in dashboards) or "dashboards/generated/*.json (run make generate)"))
+        await _loop(world, args, urls, stop, say, prom.url if prom is not None and prom.proc is not None else None)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         await controller.shutdown()
         for app in started:
             await app.stop()
         if prom is not None:
             prom.stop()
-    print(f"queuepilot demo: stopped at simulated {world.sim_now / 3600:.1f} h; "
-          f"{world.engine.metrics.jobs_completed} jobs completed", flush=True)
+    say(f"queuepilot demo: stopped at simulated {world.sim_now / 3600:.1f} h; "
+        f"{world.engine.metrics.jobs_completed} jobs completed")
     return 0
 
 
-async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], stop: asyncio.Event) -> None:
+class _Output:
+    """Lines on stdout, flushed one by one; when stdout is gone (a closed terminal, a closed pipe) the
+    demo stops instead of failing on the next write."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.gone = False
+
+    def __call__(self, line: str) -> None:
+        if self.gone:
+            return
+        try:
+            print(line, flush=True)
+        except OSError:  # BrokenPipeError, EIO from a hung-up terminal
+            self.gone = True
+            self.stop.set()
+
+
+def live_view(no_tui: bool, stdout: Any = None) -> bool:
+    """Whether to draw the live view: asked for (no ``--no-tui``) and stdout is a terminal."""
+    stream = sys.stdout if stdout is None else stdout
+    return not no_tui and bool(getattr(stream, "isatty", lambda: False)())
+
+
+async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], stop: asyncio.Event, say: _Output,
+                prometheus: str | None) -> None:
     from simulator.demo.view import hint_lines, plain_line, render, story_line
 
     t_real0 = time.monotonic()
     sim0 = world.sim_now
     deadline = t_real0 + args.duration if args.duration > 0 else None
     live = None
-    if not args.no_tui:
+    if live_view(args.no_tui):
         from rich.live import Live
 
         live = Live(refresh_per_second=4, screen=False, vertical_overflow="crop")
-        live.update(_view(world, urls, live, render))
+        live.update(_view(world, urls, live, render, prometheus))
         live.start()
 
     next_plain = 0.0
@@ -285,19 +332,19 @@ async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], sto
                 break
             await world.step_to(sim0 + (now - t_real0) * args.speed)
             if live is not None:
-                live.update(_view(world, urls, live, render))
+                live.update(_view(world, urls, live, render, prometheus))
             else:
                 total = sum(world.counts.values())
                 for entry in list(world.story)[len(world.story) - min(len(world.story), total - told):]:
-                    print(story_line(entry), flush=True)
+                    say(story_line(entry))
                 told = total
                 starving = {key for key, _, _ in world.starving()}
                 if starving - hinted:
                     for line in hint_lines(world):
-                        print(line, flush=True)
+                        say(line)
                 hinted |= starving
                 if now >= next_plain:
-                    print(plain_line(world), flush=True)
+                    say(plain_line(world))
                     next_plain = now + PLAIN_EVERY_S
             timeout = STEP_S if deadline is None else max(0.0, min(STEP_S, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):
@@ -307,9 +354,9 @@ async def _loop(world: DemoWorld, args: argparse.Namespace, urls: list[str], sto
             live.stop()
 
 
-def _view(world: DemoWorld, urls: list[str], live: Any, render: Any) -> Any:
+def _view(world: DemoWorld, urls: list[str], live: Any, render: Any, prometheus: str | None) -> Any:
     size = live.console.size
-    return render(world, urls, size.width, size.height)
+    return render(world, urls, size.width, size.height, prometheus)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,10 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         apply_env(parser)
     except EnvError as e:
-        parser.error(str(e))
+        return fail(parser.prog, str(e))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if not args.no_tui:  # the live view shows the failed GPUs; log lines would scroll it out of an 80x24 terminal
+    if live_view(args.no_tui):  # the live view shows the failed GPUs; log lines would scroll it out of an 80x24 terminal
         logging.getLogger("exporter").setLevel(logging.ERROR)
     try:
         return asyncio.run(run(args))

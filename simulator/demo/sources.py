@@ -16,11 +16,13 @@ GPU readings take the production path: the controller scrapes the demo's exporte
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from autoscaler.cluster.source import CacheStats, ClusterObjects, RayDashboardTarget
+from autoscaler.cluster.source import CacheStats, ClusterObjects, RayClusterView, RayDashboardTarget
+from autoscaler.core.snapshot import frozen_map
 from autoscaler.signals.ray_parse import RayStatus
 from exporter.podresources.client import Allocations
 from exporter.sample import PodRef
@@ -35,10 +37,16 @@ RAYJOB_CONTAINER = "ray-job"
 
 
 class SimClusterSource:
-    """The controller's ``ClusterSource`` over ``engine`` (every view is current: ``observed_at = now``)."""
+    """The controller's ``ClusterSource`` over ``engine`` (every view is current: ``observed_at = now``).
 
-    def __init__(self, engine: Engine) -> None:
+    ``annotations``: RayCluster ("ns/name") -> annotations it carries besides the simulator's (a team that
+    opted in to a policy with ``queuepilot.io/*``), parsed as the watch cache parses them: once per version
+    of the object."""
+
+    def __init__(self, engine: Engine, annotations: Mapping[str, Mapping[str, str]] | None = None) -> None:
         self.engine = engine
+        self.annotations = dict(annotations or {})
+        self._annotated: dict[str, tuple[RayClusterView, RayClusterView]] = {}  # key -> (engine's view, ours)
         self._synced = asyncio.Event()
 
     def mark_synced(self) -> None:
@@ -49,7 +57,21 @@ class SimClusterSource:
         return self._synced.is_set()
 
     def objects(self) -> ClusterObjects:
-        return self.engine.snapshots.objects(self.engine.now)
+        objects = self.engine.snapshots.objects(self.engine.now)
+        if not self.annotations:
+            return objects
+        rays = dict(objects.ray_clusters)
+        for key, extra in self.annotations.items():
+            view = rays.get(key)
+            if view is None:
+                continue
+            cached = self._annotated.get(key)
+            if cached is None or cached[0] is not view:  # a new version of the object
+                state = replace(view.state, annotations=frozen_map({**view.state.annotations, **extra}),
+                                policy_annotations=None)  # parsed again from the new annotations
+                cached = self._annotated[key] = (view, replace(view, state=state))
+            rays[key] = cached[1]
+        return replace(objects, ray_clusters=rays)
 
     def observed_at(self, now: float) -> dict[str, float | None]:
         return dict.fromkeys(RESOURCES, now if self.synced else None)

@@ -41,8 +41,8 @@ COMBOS: dict[str, Combo] = {
                                   "monitoring.dashboards.enabled=false"),
                             api_versions=PROM_OPERATOR, present=CORE, absent=OPERATOR | {"PodMonitor"}),
     "no-pod-resources": Combo(sets=("exporter.podResources.enabled=false",), present=CORE),
-    "scrape-dryrun-no-leader": Combo(
-        sets=("controller.gpuSignal=scrape", "controller.dryRun=true", "controller.leaderElection.enabled=false",
+    "scrape-live-no-leader": Combo(
+        sets=("controller.gpuSignal=scrape", "controller.dryRun=false", "controller.leaderElection.enabled=false",
               "exporter.nvidia.runtimeClassName=nvidia", "imagePullSecrets[0]=regcred", "image.tag=9.9.9"),
         present=CORE - {"Role", "RoleBinding"}, absent=frozenset({"Role", "RoleBinding"})),
     "network-policy": Combo(

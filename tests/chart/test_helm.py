@@ -113,12 +113,22 @@ def test_exporter_variants(helm: str) -> None:
     assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in ctr["env"]}  # no GPU runtime needed
     assert "HOST_IP" in {e["name"] for e in ctr["env"]}  # so that $(HOST_IP) expands
 
-    c = COMBOS["scrape-dryrun-no-leader"]
+    c = COMBOS["scrape-live-no-leader"]
     r = render(helm, c.sets)
     pod = r.one("DaemonSet")["spec"]["template"]["spec"]
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["containers"][0]["image"].endswith(":9.9.9")
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_default_values_install_in_shadow_mode(helm: str) -> None:
+    """A bare ``helm install``: the controller runs with --dry-run; one value turns it live."""
+    def args(sets: tuple[str, ...]) -> list[str]:
+        return render(helm, sets).one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert "--dry-run" in args(())
+    assert "--dry-run" not in args(("controller.dryRun=false",))
 
 
 @pytest.mark.parametrize("helm", HELMS)
@@ -130,6 +140,7 @@ def test_controller_deployment(helm: str) -> None:
     (ctr,) = pod["containers"]
     args = ctr["args"]
     assert args[0] == "controller"
+    assert "--dry-run" in args  # shadow mode unless controller.dryRun=false
     assert "--leader-elect" in args and f"--lease-namespace={NAMESPACE}" in args
     assert "--webhook-listen=0.0.0.0:9443" in args and "--webhook-cert-dir=/etc/queuepilot/webhook-tls" in args
     assert ctr["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -147,9 +158,9 @@ def test_controller_deployment(helm: str) -> None:
     assert "--config=/etc/queuepilot/config/config.yaml" in args
     assert any(m["mountPath"] == "/etc/queuepilot/config" for m in ctr["volumeMounts"])
 
-    args = render(helm, COMBOS["scrape-dryrun-no-leader"].sets).one("Deployment")["spec"]["template"]["spec"][
+    args = render(helm, COMBOS["scrape-live-no-leader"].sets).one("Deployment")["spec"]["template"]["spec"][
         "containers"][0]["args"]
-    assert "--dry-run" in args and "--no-leader-elect" in args and "--gpu-signal=scrape" in args
+    assert "--dry-run" not in args and "--no-leader-elect" in args and "--gpu-signal=scrape" in args
     assert "--exporter-selector=app.kubernetes.io/name=queuepilot,app.kubernetes.io/instance=qp," \
            "app.kubernetes.io/component=exporter" in args
 

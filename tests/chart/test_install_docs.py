@@ -88,12 +88,13 @@ def test_every_value_the_guide_names_exists() -> None:
 
 
 def test_notes_state_the_shadow_mode() -> None:
-    text = notes("helm4", ("controller.dryRun=true",))
+    text = notes("helm4")  # the default
+    assert text == notes("helm4", ("controller.dryRun=true",))
     for needle in ("Kueue admits exactly as it would without queuepilot", "set Ready at once",
                    "Normal Event", 'mode="dry_run"', "without a patch and with a warning",
                    "Ray scaling writes nothing", "--set controller.dryRun=false"):
         assert needle in text, needle
-    assert "DRY RUN" not in notes("helm4")
+    assert "DRY RUN" not in notes("helm4", ("controller.dryRun=false",))
 
 
 def _slug(heading: str) -> str:

@@ -12,7 +12,7 @@ import yaml
 from alerts import economics
 from alerts.config import AlertConfig, chart_key, threshold_fields
 from alerts.rules import alerts
-from tests.chart.helm import CHART, HELMS, PROM_OPERATOR, render
+from tests.chart.helm import CHART, HELMS, NAMESPACE, PROM_OPERATOR, render, run_helm
 from tests.support.paths import REPO
 from tests.support.prometheus import promtool
 
@@ -108,8 +108,8 @@ def _unit_tests() -> dict:
         _alert("QueuePilotPendingWorkloadTooOld", "30m", _exp(
             {"severity": "warning", "cluster_queue": "cq", "namespace": "team-a", "local_queue": "lq"},
             "QueuePilotPendingWorkloadTooOld",
-            "The oldest pending workload in LocalQueue team-a/lq (ClusterQueue cq) has waited 30m 0s, above the "
-            "objective of 600 s.")),
+            "The oldest pending workload in LocalQueue team-a/lq (ClusterQueue cq) has waited 30m 0s since it was "
+            "created (Retries and requeues do not reset this), above the objective of 600 s.")),
         _alert("GPUAllocatedIdle", "10m"),
         _alert("GPUAllocatedIdle", "20m", _exp(
             {"severity": "warning", "Hostname": "n1", "namespace": "team-a", "pod": "w-0"}, "GPUAllocatedIdle",
@@ -214,3 +214,18 @@ def test_schema_rejects_bad_alert_values(sets: tuple[str, ...], message: str) ->
     proc = run_helm("helm3", *args)
     assert proc.returncode != 0
     assert re.search(message, proc.stderr), proc.stderr
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_object_names_do_not_repeat_the_release_name(helm: str) -> None:
+    """Release ``queuepilot`` (the install guide's): the rules are ``queuepilot-rules`` and
+    ``queuepilot-economics``, and no object is named ``queuepilot-queuepilot-…``."""
+    args = ["template", "queuepilot", str(CHART), "--namespace", NAMESPACE, "--api-versions",
+            "monitoring.coreos.com/v1/PrometheusRule", "--set", "config.webhook.namespace_queues.team-a=team-a-queue"]
+    proc = run_helm(helm, *args)
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    names = {d["metadata"]["name"] for d in docs}
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "PrometheusRule"} == {
+        "queuepilot-rules", "queuepilot-economics"}
+    assert not [n for n in names if "queuepilot-queuepilot" in n]

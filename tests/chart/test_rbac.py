@@ -123,7 +123,7 @@ def test_lease_get_update_limited_to_our_lease(helm: str) -> None:
 
 @pytest.mark.parametrize("helm", HELMS)
 def test_without_leader_election_no_lease_rights(helm: str) -> None:
-    docs = render(helm, COMBOS["scrape-dryrun-no-leader"].sets).docs
+    docs = render(helm, COMBOS["scrape-live-no-leader"].sets).docs
     cluster, namespaced = granted(docs, controller_sa(docs))
     assert namespaced == set()
     assert cluster == {t for t in CONTROLLER_API_CALLS if t[1] not in ("leases", "secrets")}

@@ -40,8 +40,12 @@ def test_queue_gauges():
     assert value(reg, "queuepilot_queue_pending_workloads", cluster_queue="cq-a", namespace="team-a", local_queue="lq-a") == 2
     assert value(reg, "queuepilot_queue_pending_workloads", cluster_queue="cq-b", namespace="team-b", local_queue="lq-b") == 1
     assert value(reg, "queuepilot_queue_oldest_pending_seconds", cluster_queue="cq-a", namespace="team-a", local_queue="lq-a") == 300
-    # wl-b1 was created 5000 s ago but requeued 60 s ago: Kueue's T0 is the requeue
-    assert value(reg, "queuepilot_queue_oldest_pending_seconds", cluster_queue="cq-b", namespace="team-b", local_queue="lq-b") == 60
+    # wl-b1 was created 5000 s ago and requeued 60 s ago: a person has waited 5000 s; Kueue's T0 is the requeue
+    lq_b = {"cluster_queue": "cq-b", "namespace": "team-b", "local_queue": "lq-b"}
+    assert value(reg, "queuepilot_queue_oldest_pending_seconds", **lq_b) == 5000
+    assert value(reg, "queuepilot_queue_oldest_pending_since_requeue_seconds", **lq_b) == 60
+    lq_a = {"cluster_queue": "cq-a", "namespace": "team-a", "local_queue": "lq-a"}
+    assert value(reg, "queuepilot_queue_oldest_pending_since_requeue_seconds", **lq_a) == 300
     # unassigned: the ClusterQueue's first GPU flavor; assigned: its flavor
     assert value(reg, "queuepilot_queue_pending_gpus", cluster_queue="cq-a", flavor="h100") == 16
     assert value(reg, "queuepilot_queue_pending_gpus", cluster_queue="cq-a", flavor="a100") == 4
@@ -61,6 +65,7 @@ def test_idle_queues_report_zero_not_nothing():
         labels = {"cluster_queue": cq, "namespace": ns, "local_queue": lq}
         assert value(reg, "queuepilot_queue_pending_workloads", **labels) == 0
         assert value(reg, "queuepilot_queue_oldest_pending_seconds", **labels) == 0
+        assert value(reg, "queuepilot_queue_oldest_pending_since_requeue_seconds", **labels) == 0
     text = generate_latest(reg).decode()
     assert text.count("queuepilot_queue_pending_workloads{") == 2  # one per LocalQueue, nothing else
 

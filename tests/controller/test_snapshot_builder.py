@@ -3,6 +3,8 @@ GPUs -> nodes and pods, Ray nodes -> worker pods) and signal ages."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from autoscaler.cluster import views
 from autoscaler.cluster.source import ClusterObjects
 from autoscaler.controller.snapshot_builder import BuildConfig, SnapshotBuilder, build_snapshot
@@ -161,3 +163,15 @@ def test_copied_objects_are_of_one_instant():
     objs.pods["team-b/p-new"] = views.pod_view(o.pod("p-new", "team-b", node="h2", gpus=1))
     assert build_snapshot(frozen, gpu_reading(now), {}, now) == expected
     assert build_snapshot(objs, gpu_reading(now), {}, now) != expected
+
+
+def test_an_unhealthy_gpu_a_pod_holds_is_not_counted_healthy():
+    """A GPU that fell off the bus under a running pod stays allocated and is unhealthy, not healthy too:
+    healthy + unhealthy = the flavor's GPUs (queuepilot_flavor_gpus)."""
+    now = scenario.NOW
+    reading = gpu_reading(now)
+    gpus = tuple(dataclasses.replace(g, healthy=False, health_reason="GpuLost") if g.uuid == "GPU-h1-0" else g
+                 for g in reading.gpus)
+    cap = build(gpu=GpuReading(gpus, reading.observed_at)).flavor_capacity("h100")
+    assert (cap.healthy, cap.unhealthy, cap.allocated) == (14, 2, 6)
+    assert cap.healthy + cap.unhealthy == 16

@@ -8,6 +8,7 @@ import pytest
 
 from autoscaler.cluster import views
 from autoscaler.core.snapshot import GPU_RESOURCE
+from tests.support import kueue_history
 from tests.support import objects as o
 
 
@@ -236,3 +237,37 @@ def test_a_rayjob_view_reads_its_ray_jobs_status_and_drops_what_is_not_a_word():
     h = views.ray_job_view(hostile)
     assert (h.job_status, h.deployment_status, h.cluster_name, h.finished) == ("", "", "", False)
     assert not views.ray_job_view({"metadata": {"name": "new", "namespace": "ns"}}).finished
+
+
+def test_pending_age_runs_from_creation_across_retries():
+    """A workload Retried every 10 minutes for 3 hours: Kueue's T0 moves to each requeue, the age a person
+    sees stays at the creation (Kueue writes Admitted=False at the first reservation, an AdmissionCheck
+    eviction at every Retry; none of it says the workload was ever admitted)."""
+    created = 10_000.0
+    for t in (created + 10, created + 45, created + 75, created + 3 * 3600 + 20, created + 3 * 3600 + 70):
+        w = views.workload_view(kueue_history.retried(t, created=created))
+        assert w.pending and not w.admitted
+        assert w.admission_lost_at is None and w.pending_since == created, t
+        cycle = created + (t - created) // 600 * 600  # requeued then (BackoffFinished), Retried 60 s later
+        last_transition = cycle + 60 if t - cycle >= 60 else cycle if cycle > created else None
+        assert w.queued_since == (last_transition or created), t  # Kueue: Requeued.lastTransitionTime
+    late = views.workload_view(kueue_history.retried(created + 3 * 3600 + 20, created=created))
+    assert late.evicted is False and late.quota_reserved is False and late.requeued_at == created + 3 * 3600
+
+
+def test_pending_age_of_an_admitted_workload_runs_from_its_eviction():
+    """Admitted at 2000, preempted at 9000 (Kueue adds the time it ran to accumulatedPastExecutionTimeSeconds),
+    then Retried: the age a person sees runs from the preemption, not from creation or the last requeue."""
+    for t in (9000.0, 9040.0, 9070.0, 9000.0 + 1200 + 70):
+        w = views.workload_view(kueue_history.evicted_after_admission(t, 1000.0, 2000.0, 9000.0))
+        assert w.pending and w.admission_lost_at == 9000.0 and w.pending_since == 9000.0, t
+    requeued = views.workload_view(kueue_history.evicted_after_admission(9000.0 + 1200 + 70, 1000.0, 2000.0, 9000.0))
+    assert requeued.queued_since == 9000.0 + 1200 + 60  # Retried 60 s after the last requeue
+    # the same object without the evidence it was admitted (a Kueue that writes Admitted=False before
+    # admission): the condition alone does not move the age
+    raw = kueue_history.evicted_after_admission(9070.0, 1000.0, 2000.0, 9000.0)
+    del raw["status"]["accumulatedPastExecutionTimeSeconds"]
+    raw["status"]["schedulingStats"]["evictions"] = [
+        e for e in raw["status"]["schedulingStats"]["evictions"] if e["reason"] == "AdmissionCheck"]
+    w = views.workload_view(raw)
+    assert w.admission_lost_at is None and w.pending_since == 1000.0

@@ -1,14 +1,21 @@
-"""``queuepilot demo`` starts, serves both real endpoints with the catalogs' metrics, and exits cleanly."""
+"""``queuepilot demo`` as a person runs it (a real subprocess): it serves both real endpoints with the
+catalogs' metrics, prints one line per decision as it happens when stdout is not a terminal, stops on
+SIGTERM, SIGINT and SIGHUP (even when its parent ignores SIGHUP, as make does) and frees its ports, and
+with --prometheus runs a Prometheus with the generated rules that ``queuepilot report`` can read."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+
+import pytest
 
 from autoscaler import metrics as controller_catalog
 from exporter import metrics as exporter_catalog
@@ -16,13 +23,24 @@ from tests.support.paths import REPO
 from tests.support.processes import stop
 
 
-def _start(*args: str) -> subprocess.Popen:
+def _start(*args: str, tui: bool = False, ignore_sighup: bool = False) -> subprocess.Popen:
+    """The demo with stdout a pipe (not a terminal); ``tui``: without --no-tui (it must notice the pipe)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
-        [sys.executable, "-m", "queuepilot", "demo", "--no-tui", "--exporter-listen", "127.0.0.1:0",
-         "--controller-listen", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "queuepilot", "demo", *(() if tui else ("--no-tui",)), "--exporter-listen",
+         "127.0.0.1:0", "--controller-listen", "127.0.0.1:0", *args],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if ignore_sighup else None,
     )
+
+
+def _refused(url: str) -> bool:
+    """Whether nothing listens at ``url``'s port any more (its port was released)."""
+    try:
+        urllib.request.urlopen(url, timeout=2)
+    except urllib.error.URLError as e:
+        return isinstance(e.reason, ConnectionRefusedError)
+    return False
 
 
 def _urls(proc: subprocess.Popen, timeout: float = 60.0) -> tuple[list[str], str, list[str]]:
@@ -153,6 +171,7 @@ def test_demo_rejects_bad_input_with_one_line():
         p = run(*args, **env)
         assert p.returncode == 2, (args, env, p.stderr)
         assert needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr  # no usage block before it
     shown = run("--help")
     assert shown.returncode == 0, shown.stderr
     assert "default: 60.0" in shown.stdout and "QUEUEPILOT_SPEED" in shown.stdout, shown.stdout
@@ -168,17 +187,48 @@ def test_no_tui_false_in_the_environment_keeps_the_live_view_setting():
         assert parser.parse_args([]).no_tui is expected, raw
 
 
-def test_demo_stops_on_sigterm_with_code_zero():
-    proc = _start("--duration", "0")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_demo_stops_on_a_signal_and_frees_its_ports(sig):
+    """SIGTERM, or SIGHUP from a closed terminal / ``tmux kill-session`` (with SIGHUP ignored by the parent,
+    as under make): exit status 0, every port it listened on refuses connections afterwards."""
+    proc = _start("--duration", "0", ignore_sighup=sig == signal.SIGHUP)
     try:
-        _urls(proc)
+        exporters, controller, _ = _urls(proc)
+        urls = [*exporters, controller]
+        assert all(_get(u) for u in urls)
         time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=30)
     finally:
         _stop(proc)
     assert proc.returncode == 0, out
     assert "stopped at simulated" in out
+    assert [u for u in urls if not _refused(u)] == []
+
+
+def test_without_a_terminal_one_line_per_decision_as_it_happens():
+    """No --no-tui, stdout a pipe: no live view (nothing held back until exit); each decision is one line,
+    printed while the demo runs."""
+    proc = _start("--duration", "40", tui=True)
+    decision = re.compile(r"^Mon \d\d:\d\d (Ready|Retry|Reject|Up|Down|Reclaim|Stall|GPU ✗|GPU ok|Note) \S+")
+    try:
+        _, _, lines = _urls(proc)
+        seen: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 3 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, "demo exited early:\n" + "".join(lines + seen)
+            if decision.match(line):
+                seen.append(line)
+        assert len(seen) >= 3 and proc.poll() is None  # printed while it runs
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        _stop(proc)
+    assert proc.returncode == 0
+    out = "".join(seen) + rest
+    assert "\x1b[" not in out  # no terminal control sequences in a pipe
+    retries = [line for line in out.splitlines() if decision.match(line) and " Retry " in line]
+    assert retries and all("largest free healthy blocks" in r and "retry in" in r for r in retries)
 
 
 def test_demo_rejects_a_bad_listen_address():
@@ -188,15 +238,14 @@ def test_demo_rejects_a_bad_listen_address():
     assert "HOST:PORT" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_demo_prometheus_scrapes_both_endpoints():
+def test_demo_prometheus_scrapes_both_endpoints(tmp_path):
     """--prometheus: a real Prometheus (Debian package) scrapes every exporter and the controller."""
-    import json
     import shutil
     import urllib.parse
 
     if shutil.which("prometheus") is None:
         raise RuntimeError("prometheus not installed: run 'make apt' (the Makefile installs it for make test)")
-    proc = _start("--duration", "20", "--prometheus")
+    proc = _start("--duration", "40", "--prometheus")
     try:
         _, _, lines = _urls(proc)
         prom = None
@@ -220,6 +269,17 @@ def test_demo_prometheus_scrapes_both_endpoints():
                 break
             time.sleep(0.5)
         assert len(ups) == 5 and all(v == "1" for v in ups.values()), ups
+        # the generated alert and recording rules are loaded
+        with urllib.request.urlopen(f"{prom}/api/v1/rules", timeout=5) as r:
+            groups = {g["name"] for g in json.load(r)["data"]["groups"]}
+        assert {"queuepilot-queues", "queuepilot-economics-gpus", "queuepilot-economics-teams"} <= groups, groups
+        # queuepilot report works against it (the raw series until the recording rules have run)
+        report = subprocess.run([sys.executable, "-m", "queuepilot", "report", "--prometheus-url", prom,
+                                 "--window", "10m", "--json", str(tmp_path / "report.json")], cwd=REPO,
+                                capture_output=True, text=True, timeout=60)
+        assert report.returncode == 0, report.stderr + report.stdout
+        doc = json.loads((tmp_path / "report.json").read_text())
+        assert {t["namespace"] for t in doc["teams"]} <= {"team-a", "team-b", "team-c"} and doc["teams"]
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:

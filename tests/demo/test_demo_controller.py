@@ -37,8 +37,12 @@ async def test_readyz_and_passes_follow_the_sync():
         # the snapshot is the world's: every simulated workload and RayCluster, keyed as the caches key them
         snap = c.snapshot
         assert set(snap.workloads) == {f"{w.namespace}/{w.name}" for w in world.engine.workloads.values()}
-        assert set(snap.ray_clusters) == {f"{rc.namespace}/{rc.name}" for rc in world.engine.rays.values()}
-        workers = {w.pod for rc in snap.ray_clusters.values() for g in rc.groups for w in g.workers}
+        teams = {f"{rc.namespace}/{rc.name}" for rc in world.engine.rays.values()}
+        # the teams' RayClusters, and those the running RayJobs created (labelled with their RayJob)
+        assert teams <= set(snap.ray_clusters)
+        assert all(rc.labels.get("ray.io/originated-from-crd") == "RayJob"
+                   for key, rc in snap.ray_clusters.items() if key not in teams)
+        workers = {w.pod for key in teams for g in snap.ray_clusters[key].groups for w in g.workers}
         assert workers == {w for rc in world.engine.rays.values() for w in rc.workers}
         assert not any(sig.is_stale(c.clock()) for name, sig in snap.signals.items() if name.startswith("ray/"))
         # without GPU readings (no exporters here) the scaler holds and says why, once per cluster,

@@ -40,6 +40,33 @@ def _backfill_rules(prom: Prometheus, groups: list[dict], start: int, end: int, 
         shutil.move(str(block), str(data / block.name))
 
 
+@dataclass
+class RawHistory:
+    prom: Prometheus
+    end: int
+
+
+RAW_DAYS = 8
+
+
+@pytest.fixture(scope="session")
+def raw_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawHistory]:
+    """Eight days of the raw series only (promtool create-blocks-from openmetrics) and no recording rules:
+    a cluster that kept dcgm-exporter's history and has just installed queuepilot."""
+    work = tmp_path_factory.mktemp("raw-economics")
+    end = (int(time.time()) - 600) // world.STEP * world.STEP
+    om = work / "history.om"
+    with om.open("w") as f:
+        for line in world.openmetrics(end, days=RAW_DAYS):
+            f.write(line + "\n")
+    data = work / "data"
+    result = promtool("tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=168h", "--quiet",
+                      str(om), str(data))
+    assert result.returncode == 0, result.stderr
+    with run_prometheus(work / "prom", data_dir=data) as prom:
+        yield RawHistory(prom, end)
+
+
 @pytest.fixture(scope="session")
 def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backfilled]:
     work = tmp_path_factory.mktemp("economics")

@@ -15,6 +15,7 @@ from autoscaler.controller.pod_info import (
 from autoscaler.core.policy import rightsizing as rs
 from autoscaler.core.snapshot import (
     QUEUE_NAME_LABEL,
+    FlavorState,
     LocalQueueState,
     NodeState,
     RayWorker,
@@ -131,3 +132,31 @@ def test_history_recommends_from_snapshots_and_prunes():
     assert len(h.groups[key].usage) == 3  # one state per day: memory does not grow with the samples
     h.prune(now=100 * 86400)
     assert h.groups == {}
+
+
+def test_ray_workers_without_a_kueue_flavor_are_priced_by_their_node_flavor():
+    """A RayCluster Kueue does not manage (no Workload): its workers carry the flavor whose nodeLabels select
+    their node, the most specific where several do (a flavor without labels selects every node), none where
+    two equally specific flavors select it; so `queuepilot report` can price them."""
+    rc = ray_cluster("team-c", "rc-nb", [
+        WorkerGroupState("workers", 3, 0, 4, gpus_per_worker=2, workers=(
+            RayWorker("rc-nb-w-1", node="h100-1", gpus=2), RayWorker("rc-nb-w-2", node="a100-1", gpus=2),
+            RayWorker("rc-nb-w-3", node="both-1", gpus=2), RayWorker("rc-nb-w-4", node=None, gpus=2))),
+    ])
+    snap = snapshot(
+        ray_clusters={"team-c/rc-nb": rc},
+        flavors={
+            "default": FlavorState("default", {}, ("h100-1", "a100-1", "both-1")),
+            "h100": FlavorState("h100", {"gpu": "h100"}, ("h100-1",)),
+            "a100": FlavorState("a100", {"gpu": "a100"}, ("a100-1", "both-1")),
+            "h100-spot": FlavorState("h100-spot", {"pool": "spot"}, ("both-1",)),
+        },
+    )
+    flavors = {r["pod"]: r["flavor"] for r in pod_info(snap)}
+    assert flavors == {"rc-nb-w-1": "h100", "rc-nb-w-2": "a100", "rc-nb-w-3": "", "rc-nb-w-4": ""}
+    # the Workload's admitted flavor wins over the node's
+    workload = wl("team-c", "raycluster-rc-nb", "lq-c", "cq-c", "RayCluster", "rc-nb", podsets=("workers",),
+                  flavor="a100")
+    snap2 = snapshot(ray_clusters={"team-c/rc-nb": rc}, flavors=dict(snap.flavors),
+                     workloads={"team-c/raycluster-rc-nb": workload})
+    assert {r["flavor"] for r in pod_info(snap2)} == {"a100"}

@@ -108,9 +108,10 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
-def openmetrics(end: int) -> Iterator[str]:
-    """OpenMetrics text lines of DAYS days ending at ``end`` (a multiple of STEP)."""
-    start = end - DAYS * 86400
+def openmetrics(end: int, days: int = DAYS) -> Iterator[str]:
+    """OpenMetrics text lines of ``days`` days ending at ``end`` (a multiple of STEP): the raw series only
+    (the exporter's GPU series, the controller's queuepilot_pod_info and worker counts)."""
+    start = end - days * 86400
     times = range(start + STEP, end + 1, STEP)
     families: dict[str, list[tuple[str, Callable[[float], float]]]] = {}
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.fakeapi import ApiError, FakeApiServer
+from tests.support import kueue_history
 from tests.support import objects as o
 
 SPEC = o.ray_cluster_spec([o.ray_group("gpu", 2, 0, 4, gpus=8, image=o.RAY_IMAGE)], ray_version="2.40.0",
@@ -24,6 +25,10 @@ OBJECTS: dict[str, dict[str, Any]] = {
                            admission=o.admission("cq", [("main", "h100", 2), ("aux", "h100", 1)]),
                            checks=[o.check_state("gpu-capacity", "Pending", when=1000.0)]),
     "client Workload": o.workload("w2", created=None),
+    "retried Workload": kueue_history.retried(1000.0 + 3 * 600 + 45, created=1000.0),
+    "PyTorchJob Workload": o.pytorchjob_workload("bert", workers=3),
+    "TrainJob Workload": o.trainjob_workload("llm", nodes=4),
+    "preempted Workload": kueue_history.evicted_after_admission(9000.0 + 700, 1000.0, 2000.0, 9000.0),
     "ClusterQueue": o.cluster_queue("cq", {"h100": 16, "a100": 8}, cohort="all", checks=("gpu-capacity",),
                                     used={"h100": 8}),
     "LocalQueue": o.local_queue("lq-a", "team-a", "cq"),

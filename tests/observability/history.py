@@ -157,6 +157,7 @@ def controller_history(h: History) -> None:
         lq_labels = {**q, "namespace": lq.removesuffix("-queue"), "local_queue": lq}
         h.add(cm.QUEUE_PENDING_WORKLOADS.name, lq_labels, wave(4 + 2 * i, 3, phase=i))
         h.add(cm.QUEUE_OLDEST_PENDING.name, lq_labels, lambda t, i=i: (t % (2400 + 600 * i)))
+        h.add(cm.QUEUE_OLDEST_PENDING_SINCE_REQUEUE.name, lq_labels, lambda t: t % 600)
         h.add(cm.QUEUE_PENDING_GPUS.name, {**q, "flavor": flavor}, wave(8, 6, phase=i))
         h.histogram(cm.QUEUE_WAIT_SECONDS.name, q, cm.WAIT_BUCKETS, rate=0.05, typical=600 * (i + 1))
         h.add(cm.ADMISSION_DECISIONS_TOTAL.name, {**q, "state": "Ready", "reason": "CapacityConfirmed", "mode": "live"},

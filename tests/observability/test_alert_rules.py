@@ -48,11 +48,16 @@ def test_unit_tests_notice_a_changed_threshold(tmp_path):
 
 
 def test_every_alert_has_a_firing_and_a_silent_case(alert_rules):
+    """Every alert of both generated rule files (queuepilot-rules.yaml, queuepilot-economics.yaml)."""
     firing: dict[str, int] = {}
     silent: dict[str, int] = {}
+    economics = yaml.safe_load((RULE_FILE.parent / "queuepilot-economics.yaml").read_text())["groups"]
+    alert_rules = [*alert_rules, *(r for g in economics for r in g["rules"] if "alert" in r)]
+    assert "QueuePilotTeamGpuWasteHigh" in {r["alert"] for r in alert_rules}
     for path in _test_files():
         doc = yaml.safe_load(path.read_text())
-        assert doc["rule_files"] == ["../generated/queuepilot-rules.yaml"], path.name
+        assert doc["rule_files"] in (["../generated/queuepilot-rules.yaml"],
+                                     ["../generated/queuepilot-economics.yaml"]), path.name
         for test in doc["tests"]:
             for case in test.get("alert_rule_test", []):
                 name = case["alertname"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import statistics
+import subprocess
+import sys
 from datetime import datetime
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from simulator.cli import main
 from simulator.metrics import CONTRACT_KEYS
 from simulator.workload import OTHER_TEAM, VC_TEAMS, load_philly, synthetic
+from tests.support.paths import REPO
 
 
 def test_philly_window_and_team_mapping(shared_dir):
@@ -111,10 +114,16 @@ def test_simulate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, shared_dir,
         (["--nodes", "0"], "--nodes"),
         (["--gpu-failure-rate", "-0.1"], "--gpu-failure-rate"),
         (["--hours", "0"], "--hours"),
-        (["--trace", trace, "--start", "2030-01-01"], "outside the trace, which runs from 2017-"),
+        (["--trace", trace, "--start", "2030-01-01"], "outside the trace: the trace runs from 2017-09-04 10:30 to "
+                                                      "2017-12-22 08:02"),
+        # a window that starts inside the trace but ends after it: refused with the range, not run short
+        (["--trace", trace, "--start", "2017-12-22", "--hours", "48"], "runs 40.0 h past the end of the trace: "
+                                                                       "the trace runs from 2017-09-04 10:30"),
         (["--trace", trace, "--start", "soon"], "not an ISO date"),
-        (["--out", str(blocker / "sub")], "cannot write to"),
-        (["--json", str(blocker / "r.json")], "cannot write to"),
+        (["--out", str(blocker / "sub")], f"cannot write folder {blocker / 'sub'}: {blocker} is not a folder"),
+        (["--json", str(blocker / "r.json")], f"cannot write file {blocker / 'r.json'}: {blocker} is not a folder"),
+        (["--json", str(tmp_path)], f"cannot write file {tmp_path}: it is a folder"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
     ]
     for args, needle in cases:
         try:
@@ -123,11 +132,13 @@ def test_simulate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, shared_dir,
             rc = e.code
         err = capsys.readouterr().err
         assert rc == 2, (args, err)
-        assert needle in err and "Traceback" not in err, (args, err)
+        assert needle in err and "Traceback" not in err and "usage:" not in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, (args, err)
     monkeypatch.setenv("QUEUEPILOT_SEED", "three")
     with pytest.raises(SystemExit) as exc:
         main(["--trace", "synthetic"])
-    assert exc.value.code == 2 and "QUEUEPILOT_SEED" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "QUEUEPILOT_SEED" in err and len(err.strip().splitlines()) == 1
 
 
 def test_environment_booleans_parse_false_as_false(monkeypatch):
@@ -146,3 +157,55 @@ def test_simulate_help_shows_defaults(capsys):
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert exc.value.code == 0
     assert "(default: 30.0)" in out and "(default: 112)" in out and "``" not in out
+
+
+def test_quiet_run_closes_with_a_verdict_per_policy(tmp_path):
+    """--quiet: no decision lines, no progress bar; the tables stay, and each policy's closing line says in
+    words how it did against ray-idle and kueue-quota of the same run, with the run's own numbers."""
+    args = ["simulate", "--trace", "synthetic", "--hours", "3", "--nodes", "6", "--policies",
+            "queuepilot,ray-idle,kueue-quota", "--json", str(tmp_path / "r.json")]
+
+    def stderr(*more: str) -> list[str]:
+        p = subprocess.run([sys.executable, "-m", "queuepilot", *args, *more], capture_output=True, text=True,
+                           timeout=300, cwd=REPO)
+        assert p.returncode == 0, p.stderr
+        return p.stderr.splitlines()
+
+    err = stderr("--quiet")
+    loud = stderr("--no-progress")
+    decisions = [line for line in loud if line.startswith(("scaling ", "admission "))]
+    assert len(decisions) > 20
+    # the rest is the same: the header, the tables and the verdicts (the elapsed time aside)
+    same = [line for line in loud if line not in decisions and not line.startswith("simulated ")]
+    assert [line for line in err if not line.startswith("simulated ")] == same
+    policies = json.loads((tmp_path / "r.json").read_text())["policies"]
+    verdicts = {line.split(":", 1)[0]: line for line in err[-3:]}
+    assert set(verdicts) == {"queuepilot", "ray-idle", "kueue-quota"}
+    qp, ray = policies["queuepilot"], policies["ray-idle"]
+    line = verdicts["queuepilot"]
+    assert "against ray-idle:" in line and "against kueue-quota:" in line
+    fewer = ray["idle_gpu_hours"] - qp["idle_gpu_hours"]
+    word = "fewer" if fewer > 0 else "more"
+    assert f"{abs(fewer):,.1f} idle GPU-hours {word}" in line.split("against kueue-quota:")[0]
+    assert "against ray-idle" not in verdicts["ray-idle"] and "against kueue-quota:" in verdicts["ray-idle"]
+
+
+def test_verdict_words():
+    from simulator.report import verdict_lines
+
+    def p(idle, task, workload, killed=0.0):
+        return {"idle_gpu_hours": idle, "wait_p95_s_by_class": {"ray_task": task, "workload": workload},
+                "killed_gpu_hours": killed}
+
+    lines = verdict_lines({"queuepilot": p(60, 300, 1200, 1.5), "ray-idle": p(100, 120, 3600),
+                           "kueue-quota": p(150, 125, 7300)})
+    assert lines[0] == (
+        "queuepilot: against ray-idle: 40.0 idle GPU-hours fewer (40%), Ray tasks waited 3.0 min longer (5.0 min "
+        "against 2.0 min at p95), workloads waited 40.0 min shorter (20.0 min against 60.0 min at p95), 1.5 "
+        "GPU-hours of work killed against 0.0; against kueue-quota: 90.0 idle GPU-hours fewer (60%), Ray tasks "
+        "waited 2.9 min longer (5.0 min against 2.1 min at p95), workloads waited 1.7 h shorter (20.0 min against "
+        "2.0 h at p95), 1.5 GPU-hours of work killed against 0.0.")
+    assert lines[1].startswith("ray-idle: against kueue-quota: 50.0 idle GPU-hours fewer (33%), Ray tasks waited "
+                               "about as long (2.0 min at p95)")
+    assert verdict_lines({"queuepilot": p(1, 1, 1)}) == [
+        "(add ray-idle or kueue-quota to --policies to compare the policies with the baselines)"]

@@ -179,6 +179,45 @@ def workload(
     return obj
 
 
+# Kubeflow job kinds as Kueue's integrations turn them into Workloads (no Kubeflow CRD is needed: the
+# Workload's ownerReferences and podSets are what Kueue and queuepilot read)
+PYTORCHJOB = ("kubeflow.org/v1", "PyTorchJob")
+TRAINJOB = ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+
+
+def owned_by(obj: dict[str, Any], api_version: str, kind: str, name: str) -> dict[str, Any]:
+    """``obj`` with a controller ownerReference to the job ``kind``/``name`` (what Kueue's job integrations set)."""
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name,
+                                           "uid": f"uid-{kind.lower()}-{name}", "controller": True,
+                                           "blockOwnerDeletion": True}]
+    return obj
+
+
+def pytorchjob_workload(job: str, namespace: str = "team-a", queue: str = "lq-a", workers: int = 1,
+                        gpus_per_pod: int = 8, master_gpus: int | None = None,
+                        created: float | None = 1_000.0) -> dict[str, Any]:
+    """The Workload Kueue's pytorchjob integration makes for a PyTorchJob (``kubeflow.org/v1``): one pod set
+    per replica type, lower-cased, ``master`` (1 pod) then ``worker`` (``workers`` pods), each with the
+    replica template's requests; named ``pytorchjob-<job>-<hash>``."""
+    master = gpus_per_pod if master_gpus is None else master_gpus
+    obj = workload(f"pytorchjob-{job}-5b3e1", namespace, queue, created=created,
+                   pod_sets=[("master", 1, master), ("worker", workers, gpus_per_pod)])
+    return owned_by(obj, *PYTORCHJOB, job)
+
+
+def trainjob_workload(job: str, namespace: str = "team-a", queue: str = "lq-a", nodes: int = 2,
+                      gpus_per_node: int = 8, initializers: bool = True,
+                      created: float | None = 1_000.0) -> dict[str, Any]:
+    """The Workload Kueue's trainjob integration makes for a TrainJob (``trainer.kubeflow.org/v1alpha1``): one
+    pod set per replicatedJob of the JobSet its runtime creates, named after it; a torch runtime with
+    initializers has ``dataset-initializer`` and ``model-initializer`` (1 pod each, no GPU) and ``node``
+    (``numNodes`` pods with the trainer's GPUs); named ``trainjob-<job>-<hash>``."""
+    pod_sets = [("dataset-initializer", 1, 0), ("model-initializer", 1, 0)] if initializers else []
+    pod_sets.append(("node", nodes, gpus_per_node))
+    obj = workload(f"trainjob-{job}-8c2d4", namespace, queue, created=created, pod_sets=pod_sets)
+    return owned_by(obj, *TRAINJOB, job)
+
+
 def admission(cluster_queue: str, assignments: list[tuple[str, str, int]]) -> dict[str, Any]:
     """assignments: (podset name, GPU flavor, count)."""
     return {

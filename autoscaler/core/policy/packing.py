@@ -233,6 +233,33 @@ def needs_text(sets: Iterable[GpuSet]) -> str:
     return " + ".join(f"{c} pod{'s' if c != 1 else ''} x {ps.gpus_per_pod} GPUs ({ps.name})" for ps, c, _ in sets)
 
 
+# Ray resources counted in bytes (the others are counts: CPU, GPU, custom resources)
+BYTE_RESOURCES = frozenset({"memory", "object_store_memory"})
+_BINARY = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def amount_text(resource: str, value: float) -> str:
+    """One resource amount for a message: bytes in binary units (``64 GiB``, ``1.5 GiB``), counts as
+    plain numbers (``8``, ``0.5``), never in exponent notation."""
+    if resource in BYTE_RESOURCES:
+        for size, unit in _BINARY:
+            if abs(value) >= size:
+                return f"{_plain(value / size, 1)} {unit}"
+        return f"{value:.0f} B"
+    return _plain(value, 3)
+
+
+def _plain(value: float, decimals: int) -> str:
+    """``value`` with thousands separators and at most ``decimals`` decimals, trailing zeros dropped."""
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def shape_text(shape: Mapping[str, float]) -> str:
+    """A Ray resource bundle for a message: ``{CPU: 8, GPU: 1, memory: 64 GiB}`` (zero amounts left out)."""
+    return "{" + ", ".join(f"{k}: {amount_text(k, v)}" for k, v in sorted(shape.items()) if v) + "}"
+
+
 def blocks_text(blocks: Sequence[int]) -> str:
     """Free blocks for a message: the first ``MAX_BLOCKS_SHOWN``, then how many nodes in all."""
     shown = ", ".join(str(b) for b in blocks[:MAX_BLOCKS_SHOWN])

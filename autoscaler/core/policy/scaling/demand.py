@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from autoscaler.core.policy.packing import Bundle
+from autoscaler.core.policy.packing import Bundle, shape_text
 from autoscaler.core.snapshot import RayClusterState, WorkerGroupState
 
 DemandRun = tuple[Bundle, bool, int]  # (bundle shape, STRICT_SPREAD, how many)
@@ -38,10 +38,6 @@ def fits(shape: Bundle, cap: Mapping[str, float]) -> bool:
         elif k not in CHECKED and not k.startswith(("node:", "accelerator_type:", "object_store")):
             return False  # a custom resource no worker of this group advertises
     return True
-
-
-def shape_text(shape: Bundle) -> str:
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items()) if v) + "}"
 
 
 def assign_demand(

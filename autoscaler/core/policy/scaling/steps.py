@@ -17,9 +17,9 @@ from dataclasses import replace
 
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.behavior import ScalingRules, normalize
+from autoscaler.core.policy.packing import shape_text
 from autoscaler.core.policy.scaling.case import GroupCase, Workers, observe
 from autoscaler.core.policy.scaling.decision import GroupDecision, Step
-from autoscaler.core.policy.scaling.demand import shape_text
 from autoscaler.core.policy.scaling.history import GroupHistory
 from autoscaler.core.policy.scaling.idle import utilization_floor, utilization_source
 from autoscaler.core.policy.scaling.write_plan import write_max, write_replicas
