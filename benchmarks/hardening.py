@@ -482,7 +482,7 @@ TITLES = {
     "ray": "A tenant's Ray head answers {ray_mb} MB of `[{{}},{{}},...]` to every request ({honest} honest heads beside it, "
            "{seconds:.0f} s, poll every 2 s)",
     "webhook-bodies": "{senders} connections each POST an 8 MB AdmissionReview to the webhook at once",
-    "webhook-dense": "{senders} connections each POST a 3 MiB AdmissionReview of dense JSON (`[{},{},...]`) at once",
+    "webhook-dense": "{senders} connections each POST a 3 MiB AdmissionReview of dense JSON (`[{{}},{{}},...]`) at once",
     "webhook-flood": "16 senders post valid reviews back to back for {seconds:.0f} s",
     "exporter-idle": "128 idle keep-alive connections hold the exporter's connection cap; 5 real scrapes",
 }
