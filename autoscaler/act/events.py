@@ -31,6 +31,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from autoscaler.act.guard import Failure, WriteCounters, WriteGuard, WriteKey
 from autoscaler.act.outcome import rfc3339
+from servicekit.tasks import cancel_tasks
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,5 @@ class EventSink:
     async def close(self) -> None:
         await self.drain(1.0)
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_tasks([self._task])
             self._task = None

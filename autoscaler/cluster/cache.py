@@ -31,7 +31,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 import aiohttp
@@ -40,6 +40,9 @@ from kubernetes_asyncio.client import ApiClient
 from autoscaler.cluster.client import KubeError, request, request_json
 from autoscaler.cluster.resources import ResourceSpec
 from autoscaler.cluster.views import object_key
+from servicekit.tasks import cancel_tasks
+
+__all__ = ["Backoff", "Gone", "MalformedStream", "WatchCache", "WatchReporter", "cancel_tasks"]
 
 log = logging.getLogger("queuepilot.watch")
 T = TypeVar("T")
@@ -51,15 +54,6 @@ STALE_AFTER_SECONDS = 45.0
 _ROUTINE = frozenset({"gone", "dropped"})
 # failures of the data, not the transport: a new connection proves nothing until a good line arrives
 _DATA_FAILURES = frozenset({"malformed_stream", "exception"})
-
-
-async def cancel_tasks(tasks: Sequence[asyncio.Task[Any]]) -> None:
-    """Cancel ``tasks`` and wait for each to end, whatever it raises (stopping a set of watch loops)."""
-    for t in tasks:
-        t.cancel()
-    for t in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await t
 
 
 class MalformedStream(Exception):

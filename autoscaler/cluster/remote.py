@@ -42,7 +42,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import load_kube_config_from_dict
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchCache, WatchReporter, cancel_tasks
+from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchCache, WatchReporter
 from autoscaler.cluster.resources import KUEUE, KUEUE_VERSION, NON_TERMINAL_PODS, ResourceSpec
 from autoscaler.cluster.secrets import read_secret_key
 from autoscaler.cluster.views import (
@@ -59,6 +59,7 @@ from autoscaler.cluster.views import (
     pod_view,
 )
 from autoscaler.core.snapshot import NodeState
+from servicekit.tasks import cancel_tasks
 
 log = logging.getLogger("queuepilot.fleet")
 

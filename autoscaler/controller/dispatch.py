@@ -38,7 +38,7 @@ from autoscaler import metrics as m
 from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
-from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchReporter, cancel_tasks
+from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchReporter
 from autoscaler.cluster.remote import DEFAULT_KUEUE_NAMESPACE, Fleet
 from autoscaler.controller.admission import remember
 from autoscaler.controller.context import ControllerContext, writer_for
@@ -58,6 +58,7 @@ from autoscaler.core.policy.dispatch import (
 from autoscaler.core.policy.ledger import Ledger
 from autoscaler.core.snapshot import ClusterSnapshot, WorkloadState
 from autoscaler.signals.gpu import GpuReading, GpuSignalSource
+from servicekit.tasks import cancel_tasks, every
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +115,10 @@ class FleetSource:
     async def start(self) -> None:
         self._started_at = self._clock()
         self.fleet.start()
-        self._tasks = [asyncio.create_task(self._every(self._refresh_seconds, self.refresh), name="fleet-refresh"),
-                       asyncio.create_task(self._every(self._gpu_poll_seconds, self.poll_gpu), name="fleet-gpu")]
+        self._tasks = [asyncio.create_task(every(self._refresh_seconds, self.refresh, name="fleet refresh", logger=log),
+                                           name="fleet-refresh"),
+                       asyncio.create_task(every(self._gpu_poll_seconds, self.poll_gpu, name="fleet GPU poll",
+                                                 logger=log), name="fleet-gpu")]
 
     async def stop(self) -> None:
         self._started_at = None  # the dispatcher decides nothing from here on
@@ -126,16 +129,6 @@ class FleetSource:
                 await sig.close()
         self._gpu.clear()
         await self.fleet.stop()
-
-    async def _every(self, seconds: float, fn: Callable[[], Any]) -> None:
-        while True:
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # never let one bad round end the loop
-                log.exception("fleet: %s failed", getattr(fn, "__name__", "step"))
-            await asyncio.sleep(seconds)
 
     async def refresh(self) -> None:
         """Connect / reconnect / drop workers (``Fleet.refresh``) once the manager caches listed."""
