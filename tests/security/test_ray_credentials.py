@@ -106,12 +106,18 @@ async def test_shared_token_is_single_tenant_only_and_never_reaches_other_cluste
     fake_api.create(tenant_cluster("rc-x", "team-b", trap, {}))
 
     targets, _ = await targets_from_the_api(kube_client)
+    tokens = SecretTokens(kube_client)
     client = RayHeadClient(RayDashboardClient(session, token="ignored-default"),
-                           read_secret=SecretTokens(kube_client).token, shared_token="shared")
-    await RaySignals(client, lambda kind: None).poll(targets, now=1796019999.0)
+                           read_secret=tokens.token, shared_token="shared")
+    kinds: list[str] = []
+    signals = RaySignals(client, kinds.append)
+    await signals.poll(targets, now=1796019999.0)
     assert trap.hits == []
     assert head_a.authorizations == {"Bearer shared"}  # names no Secret: the operator's shared token
-    assert head_b.authorizations == {"Bearer token-of-team-b"}  # its own Secret wins
+    # a per-namespace Secret next to a shared token is refused: the two never mix (no Secret read,
+    # nothing sent to that head, counted as a credentials error)
+    assert head_b.hits == [] and tokens.reads == 0
+    assert kinds == ["credentials"] and signals.observations["team-b/rc-b"].error == "credentials"
 
 
 async def test_a_secret_that_cannot_be_read_means_no_request_at_all(
@@ -134,6 +140,10 @@ async def test_a_secret_that_cannot_be_read_means_no_request_at_all(
     for t in range(3):
         await signals.poll(targets, now=1796019999.0 + t)
     assert head.hits == []  # neither cluster is asked without its token (no unauthenticated fallback)
+    # failing twice in a row, a cluster is asked again only after its backoff (10 s): not on the third poll
+    assert kinds == ["credentials"] * 4
+    assert signals.retry_at("team-a/rc-a") == 1796019999.0 + 1 + 10
+    await signals.poll(targets, now=1796019999.0 + 11)
     assert kinds == ["credentials"] * 6
     assert {k: ob.error for k, ob in signals.observations.items()} == {
         "team-a/rc-a": "credentials", "team-a/rc-m": "credentials"}
@@ -141,7 +151,7 @@ async def test_a_secret_that_cannot_be_read_means_no_request_at_all(
     assert len(lines) == 2  # once per cluster and kind, not every poll
     assert any("forbidden" in m and "team-a/ray-token" in m for m in lines)
     assert any("missing" in m and "team-a/no-such-secret" in m for m in lines)
-    assert tokens.reads == 2  # failures are remembered for a while, not re-read every poll
+    assert tokens.reads == 2  # failures are remembered for a while (60 s), not re-read every poll
 
 
 @pytest.mark.parametrize("value", ["team-b/ray-token", "../ray-token", "Ray_Token", "x" * 254])
