@@ -524,38 +524,19 @@ def render(results: dict[str, list[tuple[str, dict[str, str]]]], args: argparse.
     return "\n".join(out)
 
 
-async def amain(args: argparse.Namespace) -> int:
-    only = [s.strip() for s in args.only.split(",")] if args.only else list(SCENARIOS)
-    unknown = set(only) - set(SCENARIOS)
-    if unknown:
-        print(f"unknown scenario(s): {', '.join(sorted(unknown))} (known: {', '.join(SCENARIOS)})", file=sys.stderr)
-        return 2
-    trees: list[Tree] = []
-    tmp = Path(tempfile.mkdtemp(prefix="qp-baseline-"))
-    try:
-        if args.baseline:
-            trees.append(baseline_tree(args.baseline, tmp / "tree"))
-        trees.append(Tree(current_label(), REPO))
-        results: dict[str, list[tuple[str, dict[str, str]]]] = {}
-        for name in only:
-            for tree in trees:
-                print(f"{name}: {tree.label} ...", file=sys.stderr, flush=True)
-                try:
-                    rows = await RUNNERS[name](tree, args)
-                except Exception as e:  # one scenario failing must not lose the others' numbers
-                    rows = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
-                results.setdefault(name, []).append((tree.label, rows))
-                print(json.dumps(rows, indent=1), file=sys.stderr, flush=True)
-    finally:
-        if args.baseline:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "tree")], cwd=REPO, capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-    command = "python benchmarks/hardening.py " + " ".join(sys.argv[1:])
-    text = render(results, args, command)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
+async def run_all(trees: list[Tree], only: list[str], args: argparse.Namespace
+                  ) -> dict[str, list[tuple[str, dict[str, str]]]]:
+    results: dict[str, list[tuple[str, dict[str, str]]]] = {}
+    for name in only:
+        for tree in trees:
+            print(f"{name}: {tree.label} ...", file=sys.stderr, flush=True)
+            try:
+                rows = await RUNNERS[name](tree, args)
+            except Exception as e:  # one scenario failing must not lose the others' numbers
+                rows = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+            results.setdefault(name, []).append((tree.label, rows))
+            print(json.dumps(rows, indent=1), file=sys.stderr, flush=True)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -567,7 +548,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--honest", type=int, default=4, help="honest Ray heads beside the hostile one")
     p.add_argument("--senders", type=int, default=100, help="connections of the webhook body attacks")
     p.add_argument("--out", default=None, help="write the markdown table here")
-    return asyncio.run(amain(p.parse_args(argv)))
+    args = p.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",")] if args.only else list(SCENARIOS)
+    unknown = set(only) - set(SCENARIOS)
+    if unknown:
+        p.error(f"unknown scenario(s): {', '.join(sorted(unknown))} (known: {', '.join(SCENARIOS)})")
+    tmp = Path(tempfile.mkdtemp(prefix="qp-baseline-"))
+    trees: list[Tree] = []
+    try:
+        if args.baseline:
+            trees.append(baseline_tree(args.baseline, tmp / "tree"))
+        trees.append(Tree(current_label(), REPO))
+        results = asyncio.run(run_all(trees, only, args))
+    finally:
+        if args.baseline:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "tree")], cwd=REPO, capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    text = render(results, args, "python benchmarks/hardening.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":
