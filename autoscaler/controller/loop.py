@@ -581,5 +581,6 @@ def _default_ray_client(session: aiohttp.ClientSession, config: ControllerConfig
     if config.ray_token_file:
         token = Path(config.ray_token_file).read_text(encoding="utf-8").strip()
     dashboard = RayDashboardClient(session, timeout=config.ray_timeout_seconds)
-    read_secret = SecretTokens(api).token if api is not None else None
-    return RayHeadClient(dashboard, read_secret=read_secret, shared_token=token, ca_file=config.ray_ca_file)
+    tokens = SecretTokens(api) if api is not None and token is None else None
+    return RayHeadClient(dashboard, read_secret=tokens.token if tokens else None, shared_token=token,
+                         ca_file=config.ray_ca_file, forget_secrets=tokens.forget if tokens else None)

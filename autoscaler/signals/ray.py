@@ -93,6 +93,8 @@ class RayHeadClient:
     (``autoscaler.cluster.secrets.SecretTokens.token``); None: clusters that name a Secret are not
     polled.  ``shared_token``: single-tenant mode, sent to opted-in clusters that name no Secret.
     ``ca_file``: PEM bundle that signs the heads' dashboard certificates (None: the system CAs).
+    ``forget_secrets(keep)``: drops cached Secrets not in ``keep`` (``SecretTokens.forget``), called by
+    :meth:`prune` with the Secrets the current targets name.
     """
 
     def __init__(
@@ -102,9 +104,11 @@ class RayHeadClient:
         read_secret: ReadSecret | None = None,
         shared_token: str | None = None,
         ca_file: str | None = None,
+        forget_secrets: Callable[[set[tuple[str, str]]], None] | None = None,
     ) -> None:
         self._dashboard = dashboard
         self._read_secret = read_secret
+        self._forget_secrets = forget_secrets
         self._shared_token = shared_token or None
         self._ssl = ssl.create_default_context(cafile=ca_file)  # verifies chain and host name
 
@@ -114,6 +118,12 @@ class RayHeadClient:
         token = await self._token(target)
         tls = self._ssl if target.scheme == "https" else None
         return await self._dashboard.bound(token=token, ssl_context=tls).fetch_status(target.base_url, now)
+
+    def prune(self, targets: Mapping[str, DashboardTarget | None]) -> None:
+        """Forget the token Secrets no opted-in cluster names any more (``forget_secrets``)."""
+        if self._forget_secrets is not None:
+            self._forget_secrets({(t.namespace, t.token_secret) for t in targets.values()
+                                  if t is not None and t.token_secret})
 
     async def _token(self, target: DashboardTarget) -> str | None:
         secret = target.token_secret
@@ -214,6 +224,9 @@ class RaySignals:
         self._logged = {k: v for k, v in self._logged.items() if k in wanted}
         self._failures = {k: v for k, v in self._failures.items() if k in wanted}
         self._retry_at = {k: v for k, v in self._retry_at.items() if k in wanted}
+        prune = getattr(self._client, "prune", None)
+        if callable(prune):
+            prune(targets)
         gone = [t for k, t in self._running.items() if k not in wanted]
         if gone:
             await cancel_tasks(gone)

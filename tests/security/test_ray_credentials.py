@@ -186,3 +186,24 @@ async def test_bare_urls_are_refused(session, heads):
     client = RayHeadClient(RayDashboardClient(session), shared_token="shared")
     await RaySignals(client, kinds.append).poll({"ns/rc": f"http://127.0.0.1:{head.port}"}, now=0.0)  # type: ignore[dict-item]
     assert head.hits == [] and kinds == ["bad_response"]
+
+
+async def test_cached_token_secrets_go_when_no_cluster_names_them(
+    fake_api, kube_client, heads, resolver: ServiceResolver, session
+):
+    namespaces(fake_api, "team-a")
+    fake_api.create(secret("ray-token", "team-a", "token-of-team-a"))
+    head = await heads()
+    for name in ("rc-a", "rc-b"):
+        resolver.add(f"{name}-head-svc.team-a.svc", head.port)
+    fake_api.create(o.ray_cluster("rc-a", "team-a", annotations={**OPT_IN, SECRET_ANN: "ray-token"}))
+    fake_api.create(o.ray_cluster("rc-b", "team-a", annotations={**OPT_IN, SECRET_ANN: "no-such-secret"}))
+    targets, _ = await targets_from_the_api(kube_client)
+    tokens = SecretTokens(kube_client)
+    client = RayHeadClient(RayDashboardClient(session), read_secret=tokens.token, forget_secrets=tokens.forget)
+    signals = RaySignals(client, lambda kind: None)
+    await signals.poll(targets, now=1796019999.0)
+    assert set(tokens._cache) == {("team-a", "ray-token"), ("team-a", "no-such-secret")}
+    del targets["team-a/rc-b"]  # the cluster (and with it the only mention of that Secret) is gone
+    await signals.poll(targets, now=1796020009.0)
+    assert set(tokens._cache) == {("team-a", "ray-token")}
