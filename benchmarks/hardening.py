@@ -13,6 +13,9 @@ Scenarios (``--only`` picks some):
   Ray 2.60 fixtures; the controller polls every 2 s for ``--seconds``: its peak RSS (VmHWM), the
   latency of ``/healthz`` (every 100 ms) and ``/metrics`` (every second), and at the end the Ray
   signal age of the honest clusters and the hostile one's error kinds;
+- ``ray-bound``: the same with the costliest answer the new bounds let through: ``{"a":1}`` objects up
+  to ``nodes_summary``'s JSON-value bound (about 2.8 million values, 11 MB; every other part refuses
+  it by its byte cap), which a parse turns into some 250 MiB of objects;
 - ``webhook-bodies``: ``--senders`` connections (default 100) each POST an 8 MB AdmissionReview to the
   webhook at once: peak RSS, ``/healthz`` meanwhile, the answers' status codes;
 - ``webhook-dense``: the same with bodies just under the new body limit (3 MiB) of dense JSON
@@ -53,7 +56,7 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SCENARIOS = ("ray", "webhook-bodies", "webhook-dense", "webhook-flood", "exporter-idle")
+SCENARIOS = ("ray", "ray-bound", "webhook-bodies", "webhook-dense", "webhook-flood", "exporter-idle")
 RAY_PATHS = ("/api/cluster_status", "/api/v0/tasks", "/api/v0/actors", "/api/v0/placement_groups",
              "/api/v0/nodes", "/nodes")
 FIXTURE_OF = {"/api/cluster_status": "cluster_status_v2.json", "/api/v0/tasks": "tasks_pending_detail.json",
@@ -215,12 +218,19 @@ def _label(labels: str, name: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- ray
 async def scenario_ray(tree: Tree, args: argparse.Namespace) -> dict[str, str]:
+    return await ray_attack(tree, args, b"[" + b",".join([b"{}"] * (args.ray_mb * 1_000_000 // 3)) + b"]")
+
+
+async def scenario_ray_bound(tree: Tree, args: argparse.Namespace) -> dict[str, str]:
+    return await ray_attack(tree, args, b"[" + b",".join([b'{"a":1}'] * 1_402_000) + b"]")
+
+
+async def ray_attack(tree: Tree, args: argparse.Namespace, hostile_body: bytes) -> dict[str, str]:
     from tests.controller import objects as o
     from tests.support.ports import free_port
 
     fixtures = Path(os.environ.get("QUEUEPILOT_SHARED", "/work/shared")) / "fixtures" / "ray"
     honest_answers = {p: (fixtures / f).read_bytes() for p, f in FIXTURE_OF.items()}
-    hostile_body = b"[" + b",".join([b"{}"] * (args.ray_mb * 1_000_000 // 3)) + b"]"
     served: Counter[str] = Counter()
 
     def app_for(kind: str) -> web.Application:
@@ -474,13 +484,16 @@ async def scenario_exporter_idle(tree: Tree, args: argparse.Namespace) -> dict[s
 
 
 RUNNERS: dict[str, Callable[[Tree, argparse.Namespace], Awaitable[dict[str, str]]]] = {
-    "ray": scenario_ray, "webhook-bodies": scenario_webhook_bodies, "webhook-dense": scenario_webhook_dense,
+    "ray": scenario_ray, "ray-bound": scenario_ray_bound, "webhook-bodies": scenario_webhook_bodies,
+    "webhook-dense": scenario_webhook_dense,
     "webhook-flood": scenario_webhook_flood, "exporter-idle": scenario_exporter_idle,
 }
 
 TITLES = {
     "ray": "A tenant's Ray head answers {ray_mb} MB of `[{{}},{{}},...]` to every request ({honest} honest heads beside it, "
            "{seconds:.0f} s, poll every 2 s)",
+    "ray-bound": "A tenant's Ray head answers 11 MB of `{{'a':1}}` objects, the costliest answer the new bounds "
+                 "let through, to every request ({honest} honest heads beside it, {seconds:.0f} s)",
     "webhook-bodies": "{senders} connections each POST an 8 MB AdmissionReview to the webhook at once",
     "webhook-dense": "{senders} connections each POST a 3 MiB AdmissionReview of dense JSON (`[{{}},{{}},...]`) at once",
     "webhook-flood": "16 senders post valid reviews back to back for {seconds:.0f} s",
