@@ -13,9 +13,9 @@ Scenarios (``--only`` picks some):
   Ray 2.60 fixtures; the controller polls every 2 s for ``--seconds``: its peak RSS (VmHWM), the
   latency of ``/healthz`` (every 100 ms) and ``/metrics`` (every second), and at the end the Ray
   signal age of the honest clusters and the hostile one's error kinds;
-- ``ray-bound``: the same with the costliest answer the new bounds let through: ``{"a":1}`` objects up
-  to ``nodes_summary``'s JSON-value bound (about 2.8 million values, 11 MB; every other part refuses
-  it by its byte cap), which a parse turns into some 250 MiB of objects;
+- ``ray-bound``: the same with the costliest answer the new bounds let through (``costliest_answer``):
+  ``nodes_summary``'s allowance of objects as one-key ``{"a":1}`` and the rest of its JSON values as
+  two-character strings (about 14 MB; every other part refuses it by its byte cap);
 - ``webhook-bodies``: ``--senders`` connections (default 100) each POST an 8 MB AdmissionReview to the
   webhook at once: peak RSS, ``/healthz`` meanwhile, the answers' status codes;
 - ``webhook-dense``: the same with bodies just under the new body limit (3 MiB) of dense JSON
@@ -221,8 +221,22 @@ async def scenario_ray(tree: Tree, args: argparse.Namespace) -> dict[str, str]:
     return await ray_attack(tree, args, b"[" + b",".join([b"{}"] * (args.ray_mb * 1_000_000 // 3)) + b"]")
 
 
+def costliest_answer() -> bytes:
+    """The answer that builds the most objects within nodes_summary's bounds (the largest part's)."""
+    from autoscaler.signals.ray_limits import PART_LIMITS
+    from servicekit.boundedjson import container_bound, value_bound
+
+    limit = PART_LIMITS["nodes_summary"]
+    dicts = (limit.max_containers or 0) - 1  # (the outer list is one)
+    strings = limit.max_values - 2 * dicts - 3
+    body = b"[" + b",".join([b'{"a":1}'] * dicts + [b'"ab"'] * strings) + b"]"
+    assert value_bound(body) <= limit.max_values and container_bound(body) <= (limit.max_containers or 0)
+    assert len(body) <= limit.max_bytes
+    return body
+
+
 async def scenario_ray_bound(tree: Tree, args: argparse.Namespace) -> dict[str, str]:
-    return await ray_attack(tree, args, b"[" + b",".join([b'{"a":1}'] * 1_402_000) + b"]")
+    return await ray_attack(tree, args, costliest_answer())
 
 
 async def ray_attack(tree: Tree, args: argparse.Namespace, hostile_body: bytes) -> dict[str, str]:
@@ -492,8 +506,9 @@ RUNNERS: dict[str, Callable[[Tree, argparse.Namespace], Awaitable[dict[str, str]
 TITLES = {
     "ray": "A tenant's Ray head answers {ray_mb} MB of `[{{}},{{}},...]` to every request ({honest} honest heads beside it, "
            "{seconds:.0f} s, poll every 2 s)",
-    "ray-bound": "A tenant's Ray head answers 11 MB of `{{'a':1}}` objects, the costliest answer the new bounds "
-                 "let through, to every request ({honest} honest heads beside it, {seconds:.0f} s)",
+    "ray-bound": "A tenant's Ray head answers the costliest answer the new bounds let through (`{{'a':1}}` "
+                 "objects and short strings, about 14 MB) to every request ({honest} honest heads beside it, "
+                 "{seconds:.0f} s)",
     "webhook-bodies": "{senders} connections each POST an 8 MB AdmissionReview to the webhook at once",
     "webhook-dense": "{senders} connections each POST a 3 MiB AdmissionReview of dense JSON (`[{{}},{{}},...]`) at once",
     "webhook-flood": "16 senders post valid reviews back to back for {seconds:.0f} s",

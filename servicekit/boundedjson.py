@@ -9,8 +9,10 @@ document can build (every value but the first in an array or object is preceded 
 every array or object opens with a bracket: ``body.count(b",") + body.count(b"{") +
 body.count(b"[") + 1``; commas and brackets inside strings are counted too, so the bound is never
 low) and refuses a document over ``max_values`` with :class:`TooLarge` before parsing a byte of it.
-The values a document under the bound builds cost a bounded amount each (at most a dict or a list
-and a slot in its parent), plus the string bytes, which the caller's cap on the body's size bounds.
+``max_containers`` bounds the objects and arrays alone (``body.count(b"{") + body.count(b"[")``):
+they are the costliest values (a dict is some 200 bytes), so a document may hold many scalars but
+only as many containers as a real one needs.  The values a document under the bounds builds cost a
+bounded amount each, plus the string bytes, which the caller's cap on the body's size bounds.
 
 :class:`NotJson` covers everything else a hostile body provokes in the decoder: bytes that are not
 UTF-8, syntax errors, nesting deeper than the interpreter's recursion limit, integers longer than
@@ -38,19 +40,33 @@ def value_bound(body: bytes | str) -> int:
     return body.count(b",") + body.count(b"{") + body.count(b"[") + 1
 
 
-def check_bound(body: bytes | str, max_values: int, max_bytes: int | None = None) -> None:
-    """:class:`TooLarge` when ``body`` is longer than ``max_bytes`` or may build more than ``max_values``."""
+def container_bound(body: bytes | str) -> int:
+    """An upper bound of the objects and arrays ``json.loads(body)`` builds."""
+    if isinstance(body, str):
+        return body.count("{") + body.count("[")
+    return body.count(b"{") + body.count(b"[")
+
+
+def check_bound(body: bytes | str, max_values: int, max_bytes: int | None = None,
+                max_containers: int | None = None) -> None:
+    """:class:`TooLarge` when ``body`` is longer than ``max_bytes`` or may build more than ``max_values``
+    values or ``max_containers`` objects and arrays."""
     if max_bytes is not None and len(body) > max_bytes:
         raise TooLarge(f"{len(body)} bytes, more than the {max_bytes} allowed")
     bound = value_bound(body)
     if bound > max_values:
         raise TooLarge(f"up to {bound} JSON values, more than the {max_values} allowed")
+    if max_containers is not None:
+        containers = container_bound(body)
+        if containers > max_containers:
+            raise TooLarge(f"up to {containers} JSON objects and arrays, more than the {max_containers} allowed")
 
 
-def loads_bounded(body: bytes | str, max_values: int, max_bytes: int | None = None) -> Any:
+def loads_bounded(body: bytes | str, max_values: int, max_bytes: int | None = None,
+                  max_containers: int | None = None) -> Any:
     """``json.loads(body)``, refused with :class:`TooLarge` over the bounds and :class:`NotJson` when
     it does not decode (see the module doc)."""
-    check_bound(body, max_values, max_bytes)
+    check_bound(body, max_values, max_bytes, max_containers)
     try:
         return json.loads(body)
     except RecursionError:

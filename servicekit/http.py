@@ -22,7 +22,9 @@ controller's metrics endpoint, the webhook) is served this way, with these guara
   ``keepalive_timeout`` seconds;
 - **body limits**: a declared ``Content-Length`` over ``max_body_bytes`` is answered 413 before a byte
   of the body is read; a body must arrive within ``body_timeout`` seconds (else 408); a chunked body
-  is bounded by the application's ``client_max_size`` (413);
+  is bounded by the application's ``client_max_size`` (413); a connection whose request carried more
+  than ``keepalive_body_bytes`` is closed after its answer (an idle kept-alive connection would hold
+  its last request, body included, until its next request);
 - **request head limits**: request line and header fields are bounded by ``max_line_size`` /
   ``max_field_size`` (aiohttp answers 400 / 431);
 - **logs that cannot be amplified**: a malformed request, a dropped slow client, a refused body, a
@@ -96,6 +98,7 @@ class Limits:
     lingering_time: float = 1.0
     # requests read and handled at once (None: no limit besides max_connections)
     max_in_flight: int | None = None
+    keepalive_body_bytes: int = 64 * 1024
 
     def __post_init__(self) -> None:
         for name in ("max_connections", "header_timeout", "body_timeout", "keepalive_timeout", "max_body_bytes",
@@ -454,10 +457,13 @@ class HttpServer:
                         resp.force_close()
                         return resp
                     slot = True
+                big = False
                 if request.body_exists:
                     try:
                         async with asyncio.timeout(limits.body_timeout):
-                            await request.read()  # kept by aiohttp for the handler's own read()
+                            body = await request.read()  # kept by aiohttp for the handler's own read()
+                        big = len(body) > limits.keepalive_body_bytes
+                        del body
                     except TimeoutError:
                         self._event(BODY_TIMEOUT, "dropped a request from %s: body not received within %gs",
                                     request.remote, limits.body_timeout)
@@ -468,7 +474,10 @@ class HttpServer:
                         self._event(TOO_LARGE, "refused a body from %s: %s", request.remote, _one_line(e.text or ""))
                         e.force_close()
                         raise
-                return await handler(request)
+                resp = await handler(request)
+                if big and not resp.prepared:
+                    resp.force_close()
+                return resp
             finally:
                 if slot and self._requests is not None:
                     self._requests.release()

@@ -195,13 +195,13 @@ class RayDashboardClient:
 
     async def _get(self, base_url: str, path: str, part: str, parse: Callable[[Any], T]) -> T:
         body = await self._fetch(base_url, path, part)
-        max_values = self._limit_of(part).max_values
+        limit = self._limit_of(part)
         if len(body) > THREAD_PARSE_BYTES:  # ~0.06 s of CPU per MB: keep the event loop free
             size = len(body)
-            return await self.gate.run(_decode_and_parse, body, part, parse, max_values,
+            return await self.gate.run(_decode_and_parse, body, part, parse, limit,
                                        release=lambda: self.budget.give(size))
         try:
-            return _decode_and_parse(body, part, parse, max_values)
+            return _decode_and_parse(body, part, parse, limit)
         finally:
             self.budget.give(len(body))
 
@@ -354,19 +354,23 @@ async def _read_capped(resp: aiohttp.ClientResponse, cap: int, budget: ByteBudge
     return b"".join(chunks)
 
 
-def _decode_and_parse(body: bytes, part: str, parse: Callable[[Any], T], max_values: int) -> T:
+def _decode_and_parse(body: bytes, part: str, parse: Callable[[Any], T], limit: PartLimit) -> T:
+    """The parsed answer, or a RaySignalError that holds no reference to the decoded document: an error
+    kept for the partial status (and its traceback) must not keep a large document alive."""
     try:
-        doc = loads_bounded(body, max_values)
+        doc = loads_bounded(body, limit.max_values, max_containers=limit.max_containers)
     except TooLarge as e:
-        raise RaySignalError("too_large", f"{part}: answer too large: {e}", part=part) from e
+        raise RaySignalError("too_large", f"{part}: answer too large: {e}", part=part) from None
     except NotJson as e:
-        raise RaySignalError("parse", f"{part}: {e}: {_snippet(body)}", part=part) from e
+        raise RaySignalError("parse", f"{part}: {e}: {_snippet(body)}", part=part) from None
     try:
         return parse(doc)
     except RayParseError as e:
-        raise RaySignalError("parse", f"{part}: {e}", part=part) from e
+        message = f"{part}: {e}"
     except (TypeError, KeyError, IndexError, AttributeError, ValueError) as e:  # a shape no check foresaw
-        raise RaySignalError("parse", f"{part}: unexpected shape: {type(e).__name__}: {e}", part=part) from e
+        message = f"{part}: unexpected shape: {type(e).__name__}: {e}"
+    del doc
+    raise RaySignalError("parse", message, part=part)
 
 
 async def _catch(aw: Awaitable[T]) -> T | RaySignalError:

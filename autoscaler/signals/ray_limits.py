@@ -4,8 +4,8 @@ A RayCluster's head is run by its tenant, so its answers are hostile input.  Thr
 controller's memory bounded whatever the heads send (``docs/ray-signal.md``, "Bounds"):
 
 - **per part** (:data:`PART_LIMITS`): an answer longer than ``max_bytes`` is refused while it is
-  read (``too_large``), and one that could build more than ``max_values`` JSON values
-  (``servicekit.boundedjson``) is refused before it is parsed.  Each bound is what a real head's
+  read (``too_large``), and one that could build more than ``max_values`` JSON values or
+  ``max_containers`` objects and arrays (``servicekit.boundedjson``) is refused before it is parsed.  Each bound is what a real head's
   answer needs at 1 000 nodes (or at the state API's row ``limit``), measured from the recorded Ray
   2.60 answers in ``fixtures/ray`` per node or per row, times :data:`MARGIN`, rounded up
   (:func:`needed`; ``tests/ray/test_answer_limits.py`` checks every bound against the fixtures);
@@ -37,34 +37,37 @@ ROWS = 2000  # the state API's row limit the client asks for (RayDashboardClient
 class PartLimit:
     max_bytes: int
     max_values: int
+    max_containers: int | None = None
 
 
-def needed(per_unit_bytes: float, per_unit_values: float, units: int, margin: float = MARGIN) -> PartLimit:
+def needed(per_unit_bytes: float, per_unit_values: float, per_unit_containers: float, units: int,
+           margin: float = MARGIN) -> PartLimit:
     """Bounds for an answer of ``units`` nodes or rows at the measured size per unit, times ``margin``:
-    bytes rounded up to a whole MiB, values to a thousand."""
+    bytes rounded up to a whole MiB, values and containers to a thousand."""
     b = math.ceil(per_unit_bytes * units * margin / 2**20) * 2**20
     v = math.ceil(per_unit_values * units * margin / 1000) * 1000
-    return PartLimit(b, v)
+    c = math.ceil(per_unit_containers * units * margin / 1000) * 1000
+    return PartLimit(b, v, c)
 
 
-# Per node or per row in fixtures/ray (bytes, JSON values: see servicekit.boundedjson.value_bound):
-#   cluster_status.json (v1 report, 1 node)          2 123 B,   128 values per node
-#   cluster_status_format1.json (the text, 1 node)     929 B,    14 values per node
-#   tasks_pending_detail.json (7 rows)              1 121 B,    51 values per row
-#   actors.json (3 rows)                              758 B,    30 values per row
-#   placement_groups.json (2 rows)                    860 B,    39 values per row
-#   nodes.json (1 node)                               659 B,    29 values per node
-#   nodes_view_summary.json (1 node)               16 819 B, 1 403 values per node
+# Per node or per row in fixtures/ray (bytes; JSON values and objects + arrays: servicekit.boundedjson):
+#   cluster_status.json (v1 report, 1 node)          2 123 B,   128 values,  53 containers per node
+#   cluster_status_format1.json (the text, 1 node)     929 B,    14 values,   8 containers per node
+#   tasks_pending_detail.json (7 rows)              1 121 B,    51 values,  15 containers per row
+#   actors.json (3 rows)                              758 B,    30 values,   7 containers per row
+#   placement_groups.json (2 rows)                    860 B,    39 values,  13 containers per row
+#   nodes.json (1 node)                               659 B,    29 values,   7 containers per node
+#   nodes_view_summary.json (1 node)               16 819 B, 1 403 values,  64 containers per node
 def part_limits(rows: int = ROWS, nodes: int = NODES) -> dict[str, PartLimit]:
     """The bounds of each part for a state-API row ``limit`` of ``rows`` and clusters of ``nodes`` nodes."""
     return {
-        "cluster_status": needed(2123, 128, nodes),
-        "cluster_status_format1": needed(929, 14, nodes),
-        "tasks": needed(1121, 51, rows),
-        "actors": needed(758, 30, rows),
-        "placement_groups": needed(860, 39, rows),
-        "nodes": needed(659, 29, nodes),
-        "nodes_summary": needed(16819, 1403, nodes),
+        "cluster_status": needed(2123, 128, 53, nodes),
+        "cluster_status_format1": needed(929, 14, 8, nodes),
+        "tasks": needed(1121, 51, 15, rows),
+        "actors": needed(758, 30, 7, rows),
+        "placement_groups": needed(860, 39, 13, rows),
+        "nodes": needed(659, 29, 7, nodes),
+        "nodes_summary": needed(16819, 1403, 64, nodes),
     }
 
 
@@ -73,7 +76,8 @@ PART_LIMITS = part_limits()
 
 def largest(limits: dict[str, PartLimit]) -> PartLimit:
     """The bound for any other part (``get_json`` callers): the largest of each."""
-    return PartLimit(max(v.max_bytes for v in limits.values()), max(v.max_values for v in limits.values()))
+    return PartLimit(max(v.max_bytes for v in limits.values()), max(v.max_values for v in limits.values()),
+                     max(v.max_containers or 0 for v in limits.values()) or None)
 
 
 # bytes of Ray answers held at once, process-wide: room for the largest answer and as much again

@@ -24,7 +24,7 @@ from aiohttp.test_utils import TestServer
 from autoscaler.signals.ray import RaySignals
 from autoscaler.signals.ray_demand import RayDashboardClient, RaySignalError
 from autoscaler.signals.ray_limits import MARGIN, NODES, PART_LIMITS, ROWS, ByteBudget, ParseGate, part_limits
-from servicekit.boundedjson import value_bound
+from servicekit.boundedjson import container_bound, value_bound
 from tests.support.ports import free_port
 
 # part -> (fixture file, rows in it or None for a per-node answer of one node)
@@ -59,9 +59,11 @@ def test_every_bound_holds_a_real_answer_at_1000_nodes_with_margin(fixtures_dir:
     limit = PART_LIMITS[part]
     assert limit.max_bytes >= len(body) * scale * MARGIN
     assert limit.max_values >= value_bound(body) * scale * MARGIN
+    assert limit.max_containers is not None and limit.max_containers >= container_bound(body) * scale * MARGIN
     # and not wildly more (the bounds are what keeps memory bounded)
     assert limit.max_bytes < len(body) * scale * MARGIN * 1.05 + 2**20
     assert limit.max_values < value_bound(body) * scale * MARGIN * 1.05 + 1000
+    assert limit.max_containers < container_bound(body) * scale * MARGIN * 1.1 + 1000
 
 
 def test_state_api_bounds_follow_the_row_limit() -> None:

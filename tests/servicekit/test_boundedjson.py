@@ -55,3 +55,12 @@ def test_what_the_decoder_refuses_is_one_clear_error(body: bytes, message: str) 
     assert sys.getrecursionlimit() < 100_000
     with pytest.raises(NotJson, match=message):
         loads_bounded(body, 10**9)
+
+
+def test_objects_and_arrays_have_their_own_bound() -> None:
+    body = b"[" + b",".join([b'{"a":1}'] * 10_000) + b"]"  # 20 001 values, 10 001 containers
+    assert loads_bounded(body, 30_000) == [{"a": 1}] * 10_000
+    with pytest.raises(TooLarge, match="10001 JSON objects and arrays"):
+        loads_bounded(body, 30_000, max_containers=5_000)
+    scalars = b"[" + b",".join([b'"ab"'] * 10_000) + b"]"  # the same number of values, one container
+    assert len(loads_bounded(scalars, 30_000, max_containers=5_000)) == 10_000
