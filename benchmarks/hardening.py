@@ -22,6 +22,8 @@ Scenarios (``--only`` picks some):
   (``[{},{},...]``), the worst a body the limit admits can build;
 - ``webhook-flood``: 16 senders post valid reviews back to back for ``--seconds``: ``/healthz``
   latency, reviews answered, and the controller's log lines;
+- ``webhook-large-flood``: the same with large valid reviews (a RayCluster whose head template has
+  20 000 environment variables, 2.7 MB, under the new body limit, so both trees answer them);
 - ``exporter-idle``: 128 connections (the exporter's cap) that each sent one request and stay idle,
   re-opened whenever the exporter closes one, then 5 real scrapes: their latency.
 
@@ -56,7 +58,8 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SCENARIOS = ("ray", "ray-bound", "webhook-bodies", "webhook-dense", "webhook-flood", "exporter-idle")
+SCENARIOS = ("ray", "ray-bound", "webhook-bodies", "webhook-dense", "webhook-flood", "webhook-large-flood",
+             "exporter-idle")
 RAY_PATHS = ("/api/cluster_status", "/api/v0/tasks", "/api/v0/actors", "/api/v0/placement_groups",
              "/api/v0/nodes", "/nodes")
 FIXTURE_OF = {"/api/cluster_status": "cluster_status_v2.json", "/api/v0/tasks": "tasks_pending_detail.json",
@@ -403,8 +406,22 @@ async def scenario_webhook_dense(tree: Tree, args: argparse.Namespace) -> dict[s
     return await bodies_attack(tree, args, body)
 
 
+def large_raycluster() -> dict[str, Any]:
+    obj = small_raycluster()
+    head = obj["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["env"] = [{"name": f"VAR_{i}", "value": "x" * 100} for i in range(20_000)]
+    return obj
+
+
+async def scenario_webhook_large_flood(tree: Tree, args: argparse.Namespace) -> dict[str, str]:
+    return await flood(tree, args, json.dumps(review(large_raycluster())).encode())
+
+
 async def scenario_webhook_flood(tree: Tree, args: argparse.Namespace) -> dict[str, str]:
-    body = json.dumps(review(small_raycluster())).encode()
+    return await flood(tree, args, json.dumps(review(small_raycluster())).encode())
+
+
+async def flood(tree: Tree, args: argparse.Namespace, body: bytes) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="qp-hardening-") as tmp:
         async with webhook_controller(tree, Path(tmp)) as (p, base, url):
             lines_before = len(p.lines)
@@ -500,7 +517,8 @@ async def scenario_exporter_idle(tree: Tree, args: argparse.Namespace) -> dict[s
 RUNNERS: dict[str, Callable[[Tree, argparse.Namespace], Awaitable[dict[str, str]]]] = {
     "ray": scenario_ray, "ray-bound": scenario_ray_bound, "webhook-bodies": scenario_webhook_bodies,
     "webhook-dense": scenario_webhook_dense,
-    "webhook-flood": scenario_webhook_flood, "exporter-idle": scenario_exporter_idle,
+    "webhook-flood": scenario_webhook_flood, "webhook-large-flood": scenario_webhook_large_flood,
+    "exporter-idle": scenario_exporter_idle,
 }
 
 TITLES = {
@@ -512,6 +530,7 @@ TITLES = {
     "webhook-bodies": "{senders} connections each POST an 8 MB AdmissionReview to the webhook at once",
     "webhook-dense": "{senders} connections each POST a 3 MiB AdmissionReview of dense JSON (`[{{}},{{}},...]`) at once",
     "webhook-flood": "16 senders post valid reviews back to back for {seconds:.0f} s",
+    "webhook-large-flood": "16 senders post large valid reviews (2.7 MB RayClusters) back to back for {seconds:.0f} s",
     "exporter-idle": "128 idle keep-alive connections hold the exporter's connection cap; 5 real scrapes",
 }
 
