@@ -24,6 +24,7 @@ Scenarios (``--only`` picks some):
   latency, reviews answered, and the controller's log lines;
 - ``webhook-large-flood``: the same with large valid reviews (a RayCluster whose head template has
   20 000 environment variables, 2.7 MB, under the new body limit, so both trees answer them);
+- ``webhook-8mb-flood``: the same with 8 MB reviews (the old body limit; the new one refuses them);
 - ``exporter-idle``: 128 connections (the exporter's cap) that each sent one request and stay idle,
   re-opened whenever the exporter closes one, then 5 real scrapes: their latency.
 
@@ -59,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 SCENARIOS = ("ray", "ray-bound", "webhook-bodies", "webhook-dense", "webhook-flood", "webhook-large-flood",
-             "exporter-idle")
+             "webhook-8mb-flood", "exporter-idle")
 RAY_PATHS = ("/api/cluster_status", "/api/v0/tasks", "/api/v0/actors", "/api/v0/placement_groups",
              "/api/v0/nodes", "/nodes")
 FIXTURE_OF = {"/api/cluster_status": "cluster_status_v2.json", "/api/v0/tasks": "tasks_pending_detail.json",
@@ -417,6 +418,12 @@ async def scenario_webhook_large_flood(tree: Tree, args: argparse.Namespace) -> 
     return await flood(tree, args, json.dumps(review(large_raycluster())).encode())
 
 
+async def scenario_webhook_8mb_flood(tree: Tree, args: argparse.Namespace) -> dict[str, str]:
+    obj = small_raycluster()
+    obj["metadata"]["annotations"]["filler"] = "x" * 8_000_000
+    return await flood(tree, args, json.dumps(review(obj)).encode())
+
+
 async def scenario_webhook_flood(tree: Tree, args: argparse.Namespace) -> dict[str, str]:
     return await flood(tree, args, json.dumps(review(small_raycluster())).encode())
 
@@ -518,6 +525,7 @@ RUNNERS: dict[str, Callable[[Tree, argparse.Namespace], Awaitable[dict[str, str]
     "ray": scenario_ray, "ray-bound": scenario_ray_bound, "webhook-bodies": scenario_webhook_bodies,
     "webhook-dense": scenario_webhook_dense,
     "webhook-flood": scenario_webhook_flood, "webhook-large-flood": scenario_webhook_large_flood,
+    "webhook-8mb-flood": scenario_webhook_8mb_flood,
     "exporter-idle": scenario_exporter_idle,
 }
 
@@ -531,6 +539,7 @@ TITLES = {
     "webhook-dense": "{senders} connections each POST a 3 MiB AdmissionReview of dense JSON (`[{{}},{{}},...]`) at once",
     "webhook-flood": "16 senders post valid reviews back to back for {seconds:.0f} s",
     "webhook-large-flood": "16 senders post large valid reviews (2.7 MB RayClusters) back to back for {seconds:.0f} s",
+    "webhook-8mb-flood": "16 senders post 8 MB reviews back to back for {seconds:.0f} s",
     "exporter-idle": "128 idle keep-alive connections hold the exporter's connection cap; 5 real scrapes",
 }
 
