@@ -179,6 +179,11 @@ class RaySignals:
     def in_flight(self) -> int:
         return len(self._running)
 
+    @property
+    def reading(self) -> frozenset[str]:
+        """The clusters whose heads are being read now (started by an earlier poll, not ended)."""
+        return frozenset(self._running)
+
     def retry_at(self, key: str) -> float | None:
         """When a failing cluster is asked again (None: at the next poll)."""
         return self._retry_at.get(key)
