@@ -82,8 +82,11 @@ MAX_REVIEW_VALUES = 200_000
 MAX_IN_FLIGHT = 4  # reviews read and answered at once
 THREAD_PARSE_BYTES = 64 * 2**10  # larger bodies are decoded in a worker thread
 LOG_INTERVAL = 60.0  # seconds between two aggregated review lines of the same result
-# the API server's webhook call times out after 10 s by default (30 s at most): a body slower than that is no review
-LIMITS = Limits(max_body_bytes=MAX_BODY_BYTES, body_timeout=10.0, max_in_flight=MAX_IN_FLIGHT)
+# the API server's webhook call times out after 10 s by default (30 s at most): a body slower than that is no
+# review; the rest of a refused body is read (and decrypted) for 0.1 s only, so refusing a flood of them costs
+# little (a client that is still sending then may see the connection reset: for the API server that is the
+# same failed call as the 413, and the failurePolicy applies)
+LIMITS = Limits(max_body_bytes=MAX_BODY_BYTES, body_timeout=10.0, max_in_flight=MAX_IN_FLIGHT, lingering_time=0.1)
 
 # Results (the ``result`` label of a review counter): fixed CamelCase constants.
 LABELED = "Labeled"
