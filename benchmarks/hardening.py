@@ -2,7 +2,8 @@
 
 Every scenario starts the process as it is deployed (``queuepilot controller`` / ``queuepilot
 exporter`` in a subprocess, so its RSS is its own) and attacks it over loopback, bounded in count and
-time.  With ``--baseline REF`` each scenario runs twice in one invocation, once from a temporary
+time; ``/healthz`` and ``/metrics`` are probed from a process of their own (``--probe``), so the
+attackers' work in this process never shows in the probes' latency.  With ``--baseline REF`` each scenario runs twice in one invocation, once from a temporary
 ``git worktree`` of REF and once from this checkout, against the same attackers, and the table puts
 the two side by side.  Results are reported, not asserted.
 
@@ -57,6 +58,7 @@ import aiohttp
 from aiohttp import web
 
 REPO = Path(__file__).resolve().parents[1]
+THIS = str(Path(__file__).resolve())
 sys.path.insert(0, str(REPO))
 
 SCENARIOS = ("ray", "ray-bound", "webhook-bodies", "webhook-dense", "webhook-flood", "webhook-large-flood",
@@ -146,19 +148,57 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, p: Proc, limit: f
         await asyncio.sleep(0.1)
 
 
-async def probe(session: aiohttp.ClientSession, url: str, every: float, out: list[float],
-                failures: Counter[str]) -> None:
+def probe_forever(url: str, every: float) -> None:
+    """``--probe URL``: GET ``url`` every ``every`` seconds until terminated, one line per probe on stdout
+    (``ok SECONDS`` or ``fail KIND SECONDS``).  Run in its own process, so the attack's work in the
+    benchmark process never shows in the probe's latency."""
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
     while True:
         t = time.perf_counter()
         try:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as r:
-                await r.read()
-                if r.status != 200:
-                    failures[str(r.status)] += 1
-        except (aiohttp.ClientError, TimeoutError) as e:
-            failures[type(e).__name__] += 1
-        out.append(time.perf_counter() - t)
-        await asyncio.sleep(every)
+            c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+            c.request("GET", u.path)
+            r = c.getresponse()
+            r.read()
+            c.close()
+            line = f"ok {time.perf_counter() - t:.6f}" if r.status == 200 else f"fail {r.status} {time.perf_counter() - t:.6f}"
+        except (OSError, http.client.HTTPException) as e:
+            line = f"fail {type(e).__name__} {time.perf_counter() - t:.6f}"
+        print(line, flush=True)
+        time.sleep(every)
+
+
+class Prober:
+    """A ``--probe`` subprocess: ``await start()``, then ``await stop()`` gives (latencies, failures)."""
+
+    def __init__(self, url: str, every: float) -> None:
+        self.url, self.every = url, every
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> Prober:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, THIS, "--probe", self.url, "--every", str(self.every),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        return self
+
+    async def stop(self) -> tuple[list[float], Counter[str]]:
+        assert self.proc is not None and self.proc.stdout is not None
+        self.proc.terminate()
+        out = await self.proc.stdout.read()
+        await self.proc.wait()
+        latencies: list[float] = []
+        failures: Counter[str] = Counter()
+        for line in out.decode().splitlines():
+            parts = line.split()
+            if not parts:
+                continue
+            latencies.append(float(parts[-1]))
+            if parts[0] == "fail":
+                failures[parts[1]] += 1
+        return latencies, failures
 
 
 @contextlib.asynccontextmanager
@@ -284,15 +324,12 @@ async def ray_attack(tree: Tree, args: argparse.Namespace, hostile_body: bytes) 
             base = f"http://127.0.0.1:{port}"
             async with aiohttp.ClientSession() as s:
                 await wait_ready(s, f"{base}/readyz", p)
-                health: list[float] = []
-                metrics: list[float] = []
-                fails: Counter[str] = Counter()
-                tasks = [asyncio.create_task(probe(s, f"{base}/healthz", 0.1, health, fails)),
-                         asyncio.create_task(probe(s, f"{base}/metrics", 1.0, metrics, fails))]
+                health_p = await Prober(f"{base}/healthz", 0.1).start()
+                metrics_p = await Prober(f"{base}/metrics", 1.0).start()
                 await asyncio.sleep(args.seconds)
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                health, fails = await health_p.stop()
+                metrics, metric_fails = await metrics_p.stop()
+                fails.update(metric_fails)
                 hwm = peak_rss_mib(p.proc.pid)
                 async with s.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=60)) as r:
                     text = await r.text()
@@ -360,10 +397,8 @@ async def bodies_attack(tree: Tree, args: argparse.Namespace, body: bytes) -> di
     with tempfile.TemporaryDirectory(prefix="qp-hardening-") as tmp:
         async with webhook_controller(tree, Path(tmp)) as (p, base, url):
             conn = aiohttp.TCPConnector(ssl=False, limit=0)
-            async with aiohttp.ClientSession(connector=conn) as s, aiohttp.ClientSession() as probe_s:
-                health: list[float] = []
-                fails: Counter[str] = Counter()
-                prober = asyncio.create_task(probe(probe_s, f"{base}/healthz", 0.1, health, fails))
+            async with aiohttp.ClientSession(connector=conn) as s:
+                prober = await Prober(f"{base}/healthz", 0.1).start()
                 statuses: Counter[str] = Counter()
 
                 async def send() -> None:
@@ -379,8 +414,7 @@ async def bodies_attack(tree: Tree, args: argparse.Namespace, body: bytes) -> di
                 await asyncio.gather(*(send() for _ in range(args.senders)))
                 took = time.perf_counter() - t0
                 await asyncio.sleep(2.0)
-                prober.cancel()
-                await asyncio.gather(prober, return_exceptions=True)
+                health, fails = await prober.stop()
                 hwm = peak_rss_mib(p.proc.pid)
     return {
         "controller peak RSS (VmHWM)": f"{hwm:.0f} MiB",
@@ -433,10 +467,8 @@ async def flood(tree: Tree, args: argparse.Namespace, body: bytes) -> dict[str, 
         async with webhook_controller(tree, Path(tmp)) as (p, base, url):
             lines_before = len(p.lines)
             conn = aiohttp.TCPConnector(ssl=False, limit=0)
-            async with aiohttp.ClientSession(connector=conn) as s, aiohttp.ClientSession() as probe_s:
-                health: list[float] = []
-                fails: Counter[str] = Counter()
-                prober = asyncio.create_task(probe(probe_s, f"{base}/healthz", 0.1, health, fails))
+            async with aiohttp.ClientSession(connector=conn) as s:
+                prober = await Prober(f"{base}/healthz", 0.1).start()
                 answered: Counter[str] = Counter()
                 deadline = time.monotonic() + args.seconds
 
@@ -450,8 +482,7 @@ async def flood(tree: Tree, args: argparse.Namespace, body: bytes) -> dict[str, 
                             answered[type(e).__name__] += 1
 
                 await asyncio.gather(*(sender() for _ in range(16)))
-                prober.cancel()
-                await asyncio.gather(prober, return_exceptions=True)
+                health, fails = await prober.stop()
                 await asyncio.sleep(1.0)
                 log_lines = len(p.lines) - lines_before
                 hwm = peak_rss_mib(p.proc.pid)
@@ -604,7 +635,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--honest", type=int, default=4, help="honest Ray heads beside the hostile one")
     p.add_argument("--senders", type=int, default=100, help="connections of the webhook body attacks")
     p.add_argument("--out", default=None, help="write the markdown table here")
+    p.add_argument("--probe", default=None, metavar="URL", help=argparse.SUPPRESS)  # the prober subprocess
+    p.add_argument("--every", type=float, default=0.1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.probe:
+        probe_forever(args.probe, args.every)
+        return 0
     only = [s.strip() for s in args.only.split(",")] if args.only else list(SCENARIOS)
     unknown = set(only) - set(SCENARIOS)
     if unknown:
