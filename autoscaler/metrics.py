@@ -255,6 +255,13 @@ WORKER_CLUSTER_CAPACITY_AGE = MetricSpec(
     "Seconds since the worker cluster's Nodes and Pods caches were last known current.",
     "seconds", ("cluster",), "ALPHA", "worker caches",
 )
+WORKER_CLUSTER_CONNECT_FAILING = MetricSpec(
+    "queuepilot_worker_cluster_connect_failing", "gauge",
+    "1 while the worker cluster cannot be connected, by the kind of failure (forbidden, missing, malformed, "
+    "unsupported, insecure, unavailable, exception: autoscaler.cluster.remote.FLEET_ERROR_KINDS); no series "
+    "while it is connected.",
+    "bool", ("cluster", "kind"), "ALPHA", "MultiKueueCluster kubeconfig Secrets",
+)
 DISPATCH_DECISIONS_TOTAL = MetricSpec(
     "queuepilot_dispatch_decisions_total", "counter",
     "MultiKueue nominations written (or, with mode=dry_run, that would have been) and nothing-fits verdicts, by reason.",
@@ -275,7 +282,7 @@ ECONOMICS_FAMILIES = (
 # tools/gen_metrics_doc.py has a section for them
 FLEET_FAMILIES = (
     WORKER_CLUSTER_GPUS, WORKER_CLUSTER_LARGEST_FREE_BLOCK, WORKER_CLUSTER_UP, WORKER_CLUSTER_CAPACITY_AGE,
-    DISPATCH_DECISIONS_TOTAL,
+    WORKER_CLUSTER_CONNECT_FAILING, DISPATCH_DECISIONS_TOTAL,
 )
 STALL_FAMILIES = (STALLED_WORKLOADS, STALLED_WORKLOAD_GPUS, STALL_DEACTIVATIONS_TOTAL)
 SELF_FAMILIES = (

@@ -18,7 +18,6 @@ throttled one-line logs for malformed requests (``limits``; :data:`LIMITS` by de
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -35,6 +34,7 @@ from exporter.podresources.client import PodResourcesClient
 from exporter.sources.base import GpuSource
 from servicekit.http import HttpServer, Limits, OnReject, start_server
 from servicekit.listen import parse_listen
+from servicekit.tasks import cancel_tasks
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +140,7 @@ class ExporterApp:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_tasks([self._task])
             self._task = None
         if self._http is not None:
             await self._http.close()

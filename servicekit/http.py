@@ -5,9 +5,16 @@ port, so port 0 works; ``close()`` stops it).  Every queuepilot server (the expo
 controller's metrics endpoint, the webhook) is served this way, with these guarantees
 (:class:`Limits`):
 
-- **connection cap**: at most ``max_connections`` connections are open; at the cap the server stops
-  calling ``accept()`` until one closes (new clients wait in the kernel's listen backlog), so a
-  connection flood cannot exhaust the process's file descriptors;
+- **connection cap**: at most ``max_connections`` connections are open, so a connection flood cannot
+  exhaust the process's file descriptors.  At the cap the server closes the connection that has been
+  idle longest (no request in flight: a kept-alive connection between requests, or one that has not
+  finished a request head) to make room for the next client, so idle connections cannot hold every
+  slot while a real client (a Prometheus scrape) waits; only when every open connection has a request
+  in flight does it stop calling ``accept()`` until one closes (new clients wait in the kernel's
+  listen backlog);
+- **requests in flight**: with ``max_in_flight``, at most that many requests are read and handled at
+  once; the others wait for a slot (their bodies stay unread in the socket buffers, flow-controlled)
+  and are answered 503 with ``Retry-After`` when none frees within ``body_timeout``;
 - **header timeout**: a connection must deliver a complete request head within ``header_timeout``
   seconds of connecting (or of sending the first byte of a later request on a kept-alive connection);
   a half-sent request (slowloris) is answered 408 and closed; a TLS handshake has the same limit;
@@ -15,7 +22,9 @@ controller's metrics endpoint, the webhook) is served this way, with these guara
   ``keepalive_timeout`` seconds;
 - **body limits**: a declared ``Content-Length`` over ``max_body_bytes`` is answered 413 before a byte
   of the body is read; a body must arrive within ``body_timeout`` seconds (else 408); a chunked body
-  is bounded by the application's ``client_max_size`` (413);
+  is bounded by the application's ``client_max_size`` (413); a connection whose request carried more
+  than ``keepalive_body_bytes`` is closed after its answer (an idle kept-alive connection would hold
+  its last request, body included, until its next request);
 - **request head limits**: request line and header fields are bounded by ``max_line_size`` /
   ``max_field_size`` (aiohttp answers 400 / 431);
 - **logs that cannot be amplified**: a malformed request, a dropped slow client, a refused body, a
@@ -46,6 +55,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from servicekit.listen import ListenAddress, parse_listen
 from servicekit.logthrottle import ThrottledLog
+from servicekit.tasks import cancel_tasks
 
 log = logging.getLogger("queuepilot.http")
 
@@ -58,11 +68,13 @@ AT_CAPACITY = "at_capacity"  # accepting paused at the connection cap
 ACCEPT_ERROR = "accept_error"  # accept() failed: descriptors or memory exhausted
 TLS_HANDSHAKE = "tls_handshake"
 HANDLER_ERROR = "handler_error"  # an exception in a handler (answered 500)
+IDLE_CLOSED = "idle_closed"  # an idle connection closed at the connection cap to make room
+BUSY = "busy"  # no request slot (max_in_flight) freed in time: answered 503
 REJECT_KINDS: tuple[str, ...] = (MALFORMED, HEADER_TIMEOUT, BODY_TIMEOUT, TOO_LARGE, AT_CAPACITY, ACCEPT_ERROR,
-                                 TLS_HANDSHAKE, HANDLER_ERROR)
+                                 TLS_HANDSHAKE, HANDLER_ERROR, IDLE_CLOSED, BUSY)
 
 # a failed TLS handshake is most often a TCP probe or a client without the CA: worth a line, not a warning
-_LEVELS = {HANDLER_ERROR: logging.ERROR, TLS_HANDSHAKE: logging.INFO}
+_LEVELS = {HANDLER_ERROR: logging.ERROR, TLS_HANDSHAKE: logging.INFO, IDLE_CLOSED: logging.INFO}
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_PAUSE_MIN, _ACCEPT_PAUSE_MAX = 0.05, 2.0
 
@@ -84,12 +96,17 @@ class Limits:
     # after an early answer (413, 408) the unread rest of a body is read and dropped this long, so
     # the client sees the answer instead of a reset; then the connection is closed
     lingering_time: float = 1.0
+    # requests read and handled at once (None: no limit besides max_connections)
+    max_in_flight: int | None = None
+    keepalive_body_bytes: int = 64 * 1024
 
     def __post_init__(self) -> None:
         for name in ("max_connections", "header_timeout", "body_timeout", "keepalive_timeout", "max_body_bytes",
                      "max_line_size", "max_field_size", "backlog"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1 or None, got {self.max_in_flight!r}")
 
 
 OnReject = Callable[[str], None]
@@ -145,6 +162,11 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._in_flight = 0
+        self.idle_since = 0.0  # loop time since when no request is in flight (connect or last answer)
+
+    @property
+    def idle(self) -> bool:
+        return self._in_flight == 0
 
     # -- header timer
     def _arm(self) -> None:
@@ -175,11 +197,14 @@ class _Connection(asyncio.Protocol):
 
     def request_finished(self) -> None:
         self._in_flight -= 1
+        if not self._in_flight:
+            self.idle_since = asyncio.get_running_loop().time()
 
     # -- asyncio.Protocol, forwarded to aiohttp's handler
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self.idle_since = asyncio.get_running_loop().time()
         self._server._open[transport] = self
         self._inner = self._server._runner.server()  # type: ignore[union-attr]
         self._arm()
@@ -233,6 +258,7 @@ class HttpServer:
         self._open: dict[asyncio.Transport, _Connection] = {}
         self._slots = 0
         self._room = asyncio.Event()
+        self._requests = asyncio.Semaphore(limits.max_in_flight) if limits.max_in_flight else None
 
     @property
     def url(self) -> str:
@@ -278,17 +304,12 @@ class HttpServer:
 
     async def close(self) -> None:
         if self._accept_task is not None:
-            self._accept_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._accept_task
+            await cancel_tasks([self._accept_task])
             self._accept_task = None
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for t in list(self._handshakes):
-            t.cancel()
-        if self._handshakes:
-            await asyncio.gather(*self._handshakes, return_exceptions=True)
+        await cancel_tasks(list(self._handshakes))
         if self._runner is not None:
             await self._runner.cleanup()  # closes idle connections, waits for running handlers
             self._runner = None
@@ -313,12 +334,15 @@ class HttpServer:
         pause = _ACCEPT_PAUSE_MIN
         while True:
             if self._slots >= self.limits.max_connections:
-                self._event(AT_CAPACITY, "%d connections open (the cap): not accepting until one closes",
-                            self._slots)
                 self._room.clear()
-                while self._slots >= self.limits.max_connections:
-                    await self._room.wait()
-                    self._room.clear()
+                if await self._room_or_client(sock) and self._slots >= self.limits.max_connections:
+                    # a client waits in the backlog: make room by closing an idle connection, else wait
+                    if not self._close_idlest():
+                        self._event(AT_CAPACITY, "%d connections open (the cap), each with a request in flight: "
+                                    "not accepting until one closes", self._slots)
+                    with contextlib.suppress(TimeoutError):  # (and look again for an idle one each second)
+                        async with asyncio.timeout(1.0):
+                            await self._room.wait()
                 continue
             try:
                 conn, _ = await loop.sock_accept(sock)
@@ -342,6 +366,39 @@ class HttpServer:
             task = asyncio.create_task(self._connect(conn))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
+
+    async def _room_or_client(self, sock: socket.socket) -> bool:
+        """Wait until a slot frees or a client is waiting to be accepted; True for the latter."""
+        loop = asyncio.get_running_loop()
+        client: asyncio.Future[bool] = loop.create_future()
+
+        def readable() -> None:
+            if not client.done():
+                client.set_result(True)
+
+        room = asyncio.ensure_future(self._room.wait())
+        loop.add_reader(sock.fileno(), readable)
+        try:
+            await asyncio.wait({client, room}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            loop.remove_reader(sock.fileno())
+            room.cancel()
+            if not client.done():
+                client.cancel()
+        return client.done() and not client.cancelled()
+
+    def _close_idlest(self) -> bool:
+        """At the cap: close the connection idle longest (no request in flight), so the next client gets
+        its slot; False when every open connection has a request in flight."""
+        idle = [(c.idle_since, t) for t, c in self._open.items() if c.idle and not t.is_closing()]
+        if not idle:
+            return False
+        _, transport = min(idle, key=lambda pair: pair[0])
+        peer = transport.get_extra_info("peername")
+        self._event(IDLE_CLOSED, "%d connections open (the cap): closed the one idle longest (from %s) to make room",
+                    self._slots, peer[0] if isinstance(peer, tuple) else peer)
+        transport.abort()  # at once: no request is in flight, and a TLS shutdown could take its peer's time
+        return True
 
     async def _connect(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -379,6 +436,7 @@ class HttpServer:
             conn = self._open.get(request.transport) if request.transport is not None else None  # type: ignore[arg-type]
             if conn is not None:
                 conn.request_started()
+            slot = False
             try:
                 length = request.content_length
                 if length is not None and length > limits.max_body_bytes:
@@ -387,10 +445,25 @@ class HttpServer:
                     resp = web.Response(status=413, text=f"request body over {limits.max_body_bytes} bytes\n")
                     resp.force_close()
                     return resp
+                if self._requests is not None:
+                    try:
+                        async with asyncio.timeout(limits.body_timeout):
+                            await self._requests.acquire()
+                    except TimeoutError:
+                        self._event(BUSY, "answered 503 to %s: %d requests in flight (the cap) for %gs",
+                                    request.remote, limits.max_in_flight, limits.body_timeout)
+                        resp = web.Response(status=503, text="busy: too many requests in flight\n",
+                                            headers={"Retry-After": "1"})
+                        resp.force_close()
+                        return resp
+                    slot = True
+                big = False
                 if request.body_exists:
                     try:
                         async with asyncio.timeout(limits.body_timeout):
-                            await request.read()  # kept by aiohttp for the handler's own read()
+                            body = await request.read()  # kept by aiohttp for the handler's own read()
+                        big = len(body) > limits.keepalive_body_bytes
+                        del body
                     except TimeoutError:
                         self._event(BODY_TIMEOUT, "dropped a request from %s: body not received within %gs",
                                     request.remote, limits.body_timeout)
@@ -401,8 +474,13 @@ class HttpServer:
                         self._event(TOO_LARGE, "refused a body from %s: %s", request.remote, _one_line(e.text or ""))
                         e.force_close()
                         raise
-                return await handler(request)
+                resp = await handler(request)
+                if big and not resp.prepared:
+                    resp.force_close()
+                return resp
             finally:
+                if slot and self._requests is not None:
+                    self._requests.release()
                 if conn is not None:
                     conn.request_finished()
 

@@ -280,7 +280,8 @@ class FleetWriter:
     async def deactivate_workload(self, stalled: StalledWorkload, now: float) -> WriteOutcome:
         return WriteOutcome("skipped", "not_in_fleet_sim")
 
-    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float) -> WriteOutcome:
+    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float, *,
+                                  resource_version: str = "") -> WriteOutcome:
         return WriteOutcome("skipped", "not_in_fleet_sim")
 
     async def close(self) -> None:

@@ -186,12 +186,15 @@ class SimWriter:
         self._wrote(RAYCLUSTERS)
         return WriteOutcome("written", "", 1)
 
-    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float) -> WriteOutcome:
+    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float, *,
+                                  resource_version: str = "") -> WriteOutcome:
         if self.dry_run:
             return WriteOutcome("dry_run")
         rc = self.world.find_ray_cluster(namespace, name)
         if rc is None:
             return WriteOutcome("skipped", "gone", 1)
+        if resource_version and str(rc.version) != resource_version:
+            return WriteOutcome("conflict", "conflict", 1)  # changed since the snapshot, as the API server answers
         current = self.annotations.setdefault((namespace, name), {})
         if current.get(key) == value:
             return WriteOutcome("unchanged", "", 1)

@@ -2,10 +2,16 @@
 
 ``EventSink.post`` never blocks and never raises: events go to a bounded queue that a background
 task (started on demand, ending when the queue is empty) sends with
-``CoreV1Api.create_namespaced_event`` (core v1 ``events`` create, the only verb needed).  A full
-queue drops the event (counted as ``write_errors{resource="events", kind="dropped"}``); a failed
-send goes through the write guard (counted, logged, and the object's further Events are dropped
-while it is backed off).  Messages are cut to 1024 characters.
+``CoreV1Api.create_namespaced_event`` (core v1 ``events`` create, the only verb needed).
+
+The queue is fair between tenants: each namespace's Events wait in their own queue, and the sender
+takes one Event of each namespace in turn, so one namespace with thousands of Events never delays
+another's by more than one Event per namespace.  When the queue is full (``maxsize`` Events in all),
+a namespace holding less than its fair share (``maxsize`` over the namespaces with Events queued)
+takes the place of the oldest Event of the namespace holding the most; otherwise its Event is
+dropped.  Every Event dropped either way is counted as ``write_errors{resource="events",
+kind="dropped"}``.  A failed send goes through the write guard (counted, logged, and the object's
+further Events are dropped while it is backed off).  Messages are cut to 1024 characters.
 
 Each Event's name is derived from the object, the reason and the message (``event_name``), not
 ``generateName``: when a new leader decides again what the previous one already reported, its
@@ -23,6 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from collections import deque
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -31,6 +38,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from autoscaler.act.guard import Failure, WriteCounters, WriteGuard, WriteKey
 from autoscaler.act.outcome import rfc3339
+from servicekit.tasks import cancel_tasks
 
 log = logging.getLogger(__name__)
 
@@ -121,29 +129,71 @@ class EventSink:
         self._component = component
         self._instance = instance
         self._guard = write_guard or WriteGuard(counters)
-        self._queue: asyncio.Queue[PendingEvent] = asyncio.Queue(maxsize=maxsize)
+        self._maxsize = maxsize
+        self._queues: dict[str, deque[PendingEvent]] = {}  # namespace -> its Events, oldest first
+        self._queued = 0
+        self._unfinished = 0  # queued or being sent
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
         self.deduplicated = 0
+        self.dropped = 0
+
+    @property
+    def queued(self) -> dict[str, int]:
+        """Events waiting, per namespace."""
+        return {ns: len(q) for ns, q in self._queues.items()}
 
     def post(self, ref: ObjectRef, type_: EventType, reason: str, message: str, now: float) -> None:
         if self._api is None:
             return
-        try:
-            self._queue.put_nowait(PendingEvent(ref, type_, reason, message, now))
-        except asyncio.QueueFull:
+        ns = event_namespace(ref)
+        mine = len(self._queues.get(ns, ()))
+        if self._queued >= self._maxsize and not self._make_room(ns, mine):
             self._dropped()
             return
+        self._queues.setdefault(ns, deque()).append(PendingEvent(ref, type_, reason, message, now))
+        self._queued += 1
+        self._unfinished += 1
+        self._idle.clear()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="queuepilot-events")
 
+    def _make_room(self, ns: str, mine: int) -> bool:
+        """The queue is full: drop the oldest Event of the namespace holding the most, if ``ns`` holds
+        less than its fair share and less than that namespace."""
+        tenants = len(self._queues) + (0 if ns in self._queues else 1)
+        if mine >= self._maxsize // max(1, tenants):
+            return False
+        biggest = max(self._queues, key=lambda n: len(self._queues[n]))
+        if len(self._queues[biggest]) <= mine + 1:
+            return False
+        self._queues[biggest].popleft()
+        self._queued -= 1
+        self._unfinished -= 1
+        self._dropped()
+        return True
+
+    def _next(self) -> PendingEvent | None:
+        """One Event of each namespace in turn (the namespace served goes to the back of the line)."""
+        for ns in list(self._queues):
+            q = self._queues.pop(ns)
+            if not q:
+                continue
+            ev = q.popleft()
+            if q:
+                self._queues[ns] = q
+            self._queued -= 1
+            return ev
+        return None
+
     async def _run(self) -> None:
-        """Send until the queue is empty, then end (``post`` starts a new sender when needed), so an
+        """Send until the queues are empty, then end (``post`` starts a new sender when needed), so an
         idle sink leaves no task behind at shutdown."""
         assert self._api is not None  # post queues nothing without a client
         core = CoreV1Api(self._api)
-        while not self._queue.empty():
-            ev = self._queue.get_nowait()
+        while (ev := self._next()) is not None:
             try:
                 await self._send(core, ev)
             except asyncio.CancelledError:
@@ -151,7 +201,9 @@ class EventSink:
             except Exception:  # an Event must never break the loop
                 log.exception("event %s on %s/%s not sent", ev.reason, ev.ref.namespace, ev.ref.name)
             finally:
-                self._queue.task_done()
+                self._unfinished -= 1
+                if not self._unfinished:
+                    self._idle.set()
 
     async def _send(self, core: CoreV1Api, ev: PendingEvent) -> None:
         key = WriteKey(RESOURCE, ev.ref.api_version, ev.ref.kind, ev.ref.namespace, ev.ref.name, ev.ref.uid)
@@ -174,18 +226,17 @@ class EventSink:
         self._guard.succeeded(key, "create")
 
     def _dropped(self) -> None:
+        self.dropped += 1
         if self._counters is not None:
             self._counters.write_failed(RESOURCE, "dropped")
 
     async def drain(self, limit_seconds: float = 5.0) -> None:
         """Wait until every queued event was sent (or failed); for tests and shutdown."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._queue.join(), limit_seconds)
+            await asyncio.wait_for(self._idle.wait(), limit_seconds)
 
     async def close(self) -> None:
         await self.drain(1.0)
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_tasks([self._task])
             self._task = None

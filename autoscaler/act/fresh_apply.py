@@ -4,8 +4,10 @@ The one loop behind every "read fresh, check, apply" writer (``workload_status``
 ``workload_nominate``): the per-object backoff first (held back -> that outcome, nothing
 requested), then up to ``max_attempts`` times: a fresh GET (404 -> ``skipped``/``gone``), the
 caller's guard on it (a reason -> ``skipped`` with it), the caller's body (None -> ``unchanged``),
-a forced SSA pinned by the body's resourceVersion; 409 -> a fresh GET and again, the last 409 ->
-``conflict``; any other failure -> ``error`` (the guard holds the object back).
+a forced SSA pinned by the body's resourceVersion; a 409 the guard does not back off -> a fresh GET
+and again, a 409 it backs off (the second in a row) or the last attempt's -> ``conflict`` (the
+object's writes are then held back: ``act.guard``); any other failure -> ``error`` (the guard holds
+the object back).
 """
 
 from __future__ import annotations
@@ -63,14 +65,13 @@ async def apply_status_fresh(
         if new is None:
             wg.settled(key)
             return WriteOutcome("unchanged", "", attempts)
-        retry = attempts < max_attempts
         # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
         put = await wg.call(key, partial(api.patch_namespaced_custom_object_status, group, version,  # type: ignore[call-arg]
                                          namespace, plural, name, new, field_manager=field_manager,
-                                         force=True, _content_type=APPLY), now, expected=(409,) if retry else ())
+                                         force=True, _content_type=APPLY), now)
         if isinstance(put, Failure):
-            if put.status == 409 and retry:
-                continue
+            if put.status == 409 and put.backoff is None and attempts < max_attempts:
+                continue  # a first conflict: read fresh and write again at once
             if put.status == 409:
                 return WriteOutcome("conflict", "conflict", attempts)
             return WriteOutcome("error", put.kind, attempts)

@@ -4,8 +4,12 @@ The guard is the one place that classifies a failed request, counts it, logs it,
 object's writes off the API server for a while.  Per object (``WriteKey``: resource, namespace,
 name, uid) it keeps a failure streak:
 
-- **409 Conflict** -> no backoff: the caller re-reads and writes again at once (check states) or
-  decides again on the next pass (RayCluster patches pinned to a resourceVersion);
+- **409 Conflict** -> the first one is not backed off: the caller re-reads and writes again at once
+  (check states) or decides again on the next pass (RayCluster patches pinned to a resourceVersion);
+  a second 409 in a row on the same object starts a conflict backoff (``conflict_base`` doubling up
+  to ``conflict_cap``, jittered), so a write that meets 409 forever (another writer that always
+  wins, a broken precondition) is paced instead of repeated every pass; it is logged once when the
+  backoff starts, with the count, and the count is logged again when a write succeeds;
 - **404 Not Found** -> no backoff: the object is gone;
 - **429 Too Many Requests** -> not before ``Retry-After`` (seconds or an HTTP date; a little jitter
   added, never less), else as a transient error;
@@ -45,7 +49,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 WRITES_FAILING = "WritesFailing"  # reason of the Warning Event on an object whose writes keep failing
-NO_BACKOFF_KINDS = frozenset({errors.CONFLICT, errors.NOT_FOUND})
+NO_BACKOFF_KINDS = frozenset({errors.NOT_FOUND})
 REFUSED_KINDS = frozenset({errors.INVALID, errors.FORBIDDEN, errors.CLIENT, errors.GONE})
 LOG_EVERY = 60.0  # seconds between two WARNING lines for the same (resource, kind)
 FORGET_AFTER = 3600.0  # a streak whose object was not tried for this long past its backoff is dropped
@@ -94,14 +98,23 @@ class BackoffPolicy:
     refused_base: float = 10.0  # 4xx other than 404 / 409 / 429
     refused_cap: float = 600.0
     throttled_cap: float = 600.0  # a longer Retry-After is cut to this
+    conflict_base: float = 0.5  # 409 Conflict from the (conflicts_free + 1)-th in a row on
+    conflict_cap: float = 30.0
+    conflicts_free: int = 1  # 409s in a row answered without backoff (re-read and write again at once)
     jitter: float = 0.5  # the delay is cut by up to this fraction at random
     warn_after: int = 3  # failures in a row before on_failing
 
     def delay(self, kind: str, failures: int, retry_after: float | None, rng: random.Random) -> float | None:
-        """Seconds to keep the object's writes back after its ``failures``-th failure in a row, or
-        None for kinds that are not backed off (conflict, not found)."""
+        """Seconds to keep the object's writes back after its ``failures``-th failure in a row (for a
+        conflict: its ``failures``-th 409 in a row), or None for what is not backed off (not found, the
+        first ``conflicts_free`` conflicts)."""
         if kind in NO_BACKOFF_KINDS:
             return None
+        if kind == errors.CONFLICT:
+            n = failures - self.conflicts_free
+            if n <= 0:
+                return None
+            return min(self.conflict_cap, self.conflict_base * 2.0 ** min(n - 1, 62)) * (1.0 - self.jitter * rng.random())
         if kind == errors.THROTTLED and retry_after is not None:
             wait = min(max(0.0, retry_after), self.throttled_cap)
             return wait * (1.0 + 0.1 * rng.random())  # never before Retry-After; spread the herd
@@ -182,6 +195,7 @@ class WriteGuard:
     rng: random.Random = field(default_factory=random.Random)
     on_failing: OnFailing | None = None
     _streaks: dict[WriteKey, _Streak] = field(default_factory=dict, init=False)
+    _conflicts: dict[WriteKey, int] = field(default_factory=dict, init=False)  # 409s in a row per object
     _logged: dict[tuple[str, str], float] = field(default_factory=dict, init=False)
     _pruned_at: float = field(default=float("-inf"), init=False)
 
@@ -225,9 +239,13 @@ class WriteGuard:
         if self.counters is not None:
             self.counters.write_failed(key.resource, kind)
         st = self._streaks.get(key)
-        delay = self.policy.delay(kind, (st.failures if st else 0) + 1, retry_after(exc, now), self.rng)
+        if kind == errors.CONFLICT:
+            conflicts = self._conflicts[key] = self._conflicts.get(key, 0) + 1
+            delay = self.policy.delay(kind, conflicts, None, self.rng)
+        else:
+            delay = self.policy.delay(kind, (st.failures if st else 0) + 1, retry_after(exc, now), self.rng)
         failure = Failure(kind, status, exc, delay)
-        if delay is None:  # conflict / gone: the caller deals with it; not a streak
+        if delay is None:  # not found, a first conflict: the caller deals with it; not a streak
             log.debug("%s on %s: %s", key.resource, key, failure.detail)
             return failure
         if st is None:
@@ -237,7 +255,10 @@ class WriteGuard:
         st.until = now + delay
         first = st.failures == 1 or st.kind != kind
         st.kind = kind
-        self._log(key, failure, st, now, first)
+        if kind == errors.CONFLICT:
+            self._log_conflict(key, failure, self._conflicts[key], first)
+        else:
+            self._log(key, failure, st, now, first)
         if st.failures >= self.policy.warn_after and not st.warned:
             st.warned = True
             if self.on_failing is not None:
@@ -253,9 +274,11 @@ class WriteGuard:
 
     def settled(self, key: WriteKey) -> None:
         """The object needs no write any more (written, unchanged, guarded off, gone): end its streak."""
+        conflicts = self._conflicts.pop(key, 0)
         st = self._streaks.pop(key, None)
         if st is not None:
-            log.info("%s on %s: writes succeed again after %d failures", key.resource, key, st.failures)
+            what = f"{conflicts} conflicts" if st.kind == errors.CONFLICT else f"{st.failures} failures"
+            log.info("%s on %s: writes succeed again after %s in a row", key.resource, key, what)
             self._report(key.resource)
 
     # ---- helpers
@@ -277,6 +300,16 @@ class WriteGuard:
             log.debug("%s on %s failed again (%d, %s); held back %.0fs", key.resource, key, st.failures,
                       failure.kind, failure.backoff or 0.0)
 
+    @staticmethod
+    def _log_conflict(key: WriteKey, failure: Failure, conflicts: int, first: bool) -> None:
+        """Once per object when its conflict backoff starts (with the count), DEBUG after."""
+        if first:
+            log.warning("%s on %s: 409 Conflict %d times in a row (%s); writes held back %.1fs, doubling while "
+                        "it lasts", key.resource, key, conflicts, failure.detail, failure.backoff or 0.0)
+        else:
+            log.debug("%s on %s: 409 Conflict again (%d in a row); held back %.1fs", key.resource, key, conflicts,
+                      failure.backoff or 0.0)
+
     def _report(self, resource: str) -> None:
         if self.counters is not None:
             self.counters.objects_in_backoff(resource, self.in_backoff(resource))
@@ -290,5 +323,9 @@ class WriteGuard:
         stale = [k for k, st in self._streaks.items() if now - st.until > FORGET_AFTER]
         for k in stale:
             del self._streaks[k]
+            self._conflicts.pop(k, None)
+        # conflict counts of objects that never reached a backoff (one 409, then nothing more written)
+        if len(self._conflicts) > 4 * len(self._streaks) + 1024:
+            self._conflicts = {k: v for k, v in self._conflicts.items() if k in self._streaks}
         for resource in {k.resource for k in stale}:
             self._report(resource)

@@ -5,7 +5,7 @@ Each call is one of the guarded writes in this package: ``workload_status.write_
 ``raycluster_patch.patch_group`` (one JSON patch pinned to the snapshot's resourceVersion),
 ``workload_deactivate.deactivate_workload`` (one merge patch ``spec.active: false`` pinned likewise),
 ``workload_nominate.write_nominations`` (server-side apply of ``status.nominatedClusterNames`` only),
-``raycluster_annotate.annotate_raycluster`` (one merge patch of one annotation),
+``raycluster_annotate.annotate_raycluster`` (one merge patch of one annotation, pinned likewise),
 ``admissioncheck_status.ensure_active``; Events go through one background ``EventSink``.  All of
 them share one ``WriteGuard`` (``act.guard``): per-object backoff after a failed write, counted in
 ``queuepilot_write_errors_total`` and ``queuepilot_objects_in_write_backoff``, and a Warning
@@ -94,10 +94,11 @@ class KubeWriter:
         return await write_nominations(self.api_client, decision, field_manager=self.field_manager, now=now,
                                        write_guard=self.guard, dry_run=self.dry_run)
 
-    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float) -> WriteOutcome:
+    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float, *,
+                                  resource_version: str = "") -> WriteOutcome:
         return await annotate_raycluster(self.api_client, namespace, name, key, value,
                                          field_manager=self.field_manager, now=now, write_guard=self.guard,
-                                         dry_run=self.dry_run)
+                                         dry_run=self.dry_run, resource_version=resource_version)
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
         target = ref if isinstance(ref, ObjectRef) else ObjectRef(ref.api_version, ref.kind, ref.namespace,

@@ -2,7 +2,8 @@
 
 The shared tail of the single-patch writers (``raycluster_patch``, ``workload_deactivate``): the
 per-object backoff first (held back -> that outcome, nothing requested), then the patch; 409 ->
-``conflict`` (no retry: the next pass decides again on the fresh object), 404 ->
+``conflict`` (no retry: the next pass decides again on the fresh object; from the second 409 in a
+row the object's writes are held back with a growing delay, ``act.guard``), 404 ->
 ``skipped``/``gone``, any other failure -> ``error`` (the guard holds the object back).
 """
 
@@ -44,7 +45,8 @@ async def patch_pinned(
                                      field_manager=field_manager, _content_type=content_type), now)
     if isinstance(res, Failure):
         if res.status == 409:
-            log.info("%s changed since the snapshot; deciding again next pass", changed)
+            if res.backoff is None:  # (repeated conflicts are logged once by the guard, with their count)
+                log.info("%s changed since the snapshot; deciding again next pass", changed)
             return WriteOutcome("conflict", res.kind, 1)
         if res.status == 404:
             wg.settled(key)

@@ -1,10 +1,11 @@
 """Write one annotation of a RayCluster in ONE merge patch (the right-sizing recommendation).
 
-The patch (``application/merge-patch+json``) is ``{"metadata": {"annotations": {<key>: <value>}}}``:
-only that key changes, every other annotation and field is left as it is.  It is NOT pinned to a
-resourceVersion: the value is ours alone (the caller compared it with what the snapshot shows and
-writes only when it differs), and KubeRay updates a RayCluster's status far more often than the
-recommendation changes, so a pinned write would mostly answer 409.
+The patch (``application/merge-patch+json``) is ``{"metadata": {"resourceVersion": <rv>,
+"annotations": {<key>: <value>}}}``: only that key changes, every other annotation and field is
+left as it is, and the resourceVersion the caller decided on is a precondition (the API server
+answers 409 when the RayCluster changed since: its opt-in may have gone, or another writer may have
+set the annotation).  The caller decides again on a fresh snapshot and writes again; repeated
+conflicts are paced by the write guard.
 
 It goes through the RayCluster's write guard (the same ``WriteKey`` as ``raycluster_patch``): a
 refused or failing write holds the RayCluster's writes back (per-object backoff, counted, logged);
@@ -27,8 +28,11 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def annotation_patch(key: str, value: str) -> dict[str, object]:
-    return {"metadata": {"annotations": {key: value}}}
+def annotation_patch(key: str, value: str, resource_version: str = "") -> dict[str, object]:
+    meta: dict[str, object] = {"annotations": {key: value}}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {"metadata": meta}
 
 
 def raycluster_write_key(namespace: str, name: str) -> WriteKey:
@@ -46,13 +50,15 @@ async def annotate_raycluster(
     now: float,
     write_guard: WriteGuard | None = None,
     dry_run: bool = False,
+    resource_version: str = "",
 ) -> WriteOutcome:
-    """One merge patch setting annotation ``key`` to ``value``; 404 -> ``skipped``/``gone``, any other
-    failure -> the RayCluster is held back (``act.guard``)."""
+    """One merge patch setting annotation ``key`` to ``value``, pinned to ``resource_version`` when
+    given (409 -> ``conflict``); 404 -> ``skipped``/``gone``, any other failure -> the RayCluster is held
+    back (``act.guard``)."""
     if dry_run or api_client is None:
         log.info("dry-run: would annotate RayCluster %s/%s with %s", namespace, name, key)
         return WriteOutcome("dry_run")
     return await patch_pinned(api_client, write_guard, raycluster_write_key(namespace, name), group=GROUP,
-                              version=VERSION, plural=PLURAL, body=annotation_patch(key, value),
+                              version=VERSION, plural=PLURAL, body=annotation_patch(key, value, resource_version),
                               content_type=MERGE_PATCH, field_manager=field_manager, now=now,
                               changed=f"RayCluster {namespace}/{name}", log=log)

@@ -81,9 +81,11 @@ class Writer(Protocol):
         no worker has admitted it.  In dry-run an implementation answers ``dry_run`` without writing."""
         ...
 
-    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float) -> WriteOutcome:
+    async def annotate_raycluster(self, namespace: str, name: str, key: str, value: str, now: float, *,
+                                  resource_version: str = "") -> WriteOutcome:
         """Set annotation ``key`` of RayCluster ``namespace/name`` to ``value`` (only that key; the caller
-        decided it differs from what is there).  In dry-run an implementation answers ``dry_run``
+        decided it differs from what is there), pinned to ``resource_version`` when given: a RayCluster
+        that changed since answers ``conflict``.  In dry-run an implementation answers ``dry_run``
         without writing."""
         ...
 

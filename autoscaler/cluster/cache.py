@@ -3,8 +3,10 @@
 The loop (the shape of kopf's and client-go's reflectors): list (paginated) and remember the list's
 resourceVersion; watch from it with bookmarks; on a clean end of the stream (server timeout) watch
 again from the last resourceVersion seen; on ``410 Gone`` (an ERROR event in the stream or an HTTP
-410) relist; on any other failure back off (jittered exponential, ``Retry-After`` honoured for 429)
-and resume.  Every restart that is not a clean stream end is counted in
+410) relist after a delay that grows as client-go's reflector's does (:class:`RelistBackoff`: 0.8 s
+doubling up to 30 s, jittered up to twice that, back to 0.8 s after two minutes without a 410), so
+a server that answers 410 to every watch gets a relist every half minute, not hundreds a second; on
+any other failure back off (jittered exponential, ``Retry-After`` honoured for 429) and resume.  Every restart that is not a clean stream end is counted in
 ``queuepilot_watch_restarts_total{resource}`` and, by cause, in
 ``queuepilot_source_errors_total{source="watch/<res>", kind}``.
 
@@ -31,7 +33,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 import aiohttp
@@ -40,6 +42,9 @@ from kubernetes_asyncio.client import ApiClient
 from autoscaler.cluster.client import KubeError, request, request_json
 from autoscaler.cluster.resources import ResourceSpec
 from autoscaler.cluster.views import object_key
+from servicekit.tasks import cancel_tasks
+
+__all__ = ["Backoff", "Gone", "MalformedStream", "RelistBackoff", "WatchCache", "WatchReporter", "cancel_tasks"]
 
 log = logging.getLogger("queuepilot.watch")
 T = TypeVar("T")
@@ -51,15 +56,6 @@ STALE_AFTER_SECONDS = 45.0
 _ROUTINE = frozenset({"gone", "dropped"})
 # failures of the data, not the transport: a new connection proves nothing until a good line arrives
 _DATA_FAILURES = frozenset({"malformed_stream", "exception"})
-
-
-async def cancel_tasks(tasks: Sequence[asyncio.Task[Any]]) -> None:
-    """Cancel ``tasks`` and wait for each to end, whatever it raises (stopping a set of watch loops)."""
-    for t in tasks:
-        t.cancel()
-    for t in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await t
 
 
 class MalformedStream(Exception):
@@ -87,6 +83,28 @@ class Backoff:
         self.failures = 0
 
 
+class RelistBackoff:
+    """The delay before a relist after 410 Gone, as client-go's reflector backs off its ListAndWatch
+    (``wait.NewExponentialBackoffManager(800ms, 30s, 2m, 2.0, 1.0)``): ``initial`` doubling per relist
+    up to ``cap``, each drawn from [d, (1 + jitter) d), back to ``initial`` when the last relist is more
+    than ``reset_after`` seconds ago."""
+
+    def __init__(self, initial: float = 0.8, cap: float = 30.0, reset_after: float = 120.0, factor: float = 2.0,
+                 jitter: float = 1.0, rng: random.Random | None = None) -> None:
+        self.initial, self.cap, self.reset_after, self.factor, self.jitter = initial, cap, reset_after, factor, jitter
+        self._rng = rng or random.Random()
+        self._delay = initial
+        self._last: float | None = None
+
+    def next_delay(self, now: float) -> float:
+        if self._last is None or now - self._last > self.reset_after:
+            self._delay = self.initial
+        else:
+            self._delay = min(self.cap, self._delay * self.factor)
+        self._last = now
+        return self._delay * (1.0 + self.jitter * self._rng.random())
+
+
 class WatchReporter(Protocol):
     """Where a cache reports what it cannot fix itself (the controller counts it); the cluster layer
     knows nothing of the controller's metrics."""
@@ -110,6 +128,7 @@ class WatchCache(Generic[T]):
         backoff: Backoff | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
         stale_after: float = STALE_AFTER_SECONDS,
+        relist_backoff: RelistBackoff | None = None,
     ) -> None:
         self.api = api
         self.spec = spec
@@ -120,6 +139,7 @@ class WatchCache(Generic[T]):
         self._page_size = page_size
         self._watch_timeout = watch_timeout_seconds
         self._backoff = backoff or Backoff()
+        self._relist_backoff = relist_backoff or RelistBackoff()
         self._sleep = sleep
         self.items: dict[str, T] = {}
         self._rvs: dict[str, str] = {}  # key -> resourceVersion of the cached view
@@ -191,14 +211,14 @@ class WatchCache(Generic[T]):
             raise
         except Gone:
             self._restart("gone")
-            self.resource_version = None
+            await self._relist_later()
         except KubeError as e:
             if e.status == 404 and self.resource_version is None:
                 await self._guard(self._absent(e))
                 return
             self._restart(e.kind)
             if e.status == 410:
-                self.resource_version = None
+                await self._relist_later()
                 return
             await self._retry(e.kind, str(e), e.retry_after if e.status == 429 else None)
         except MalformedStream as e:
@@ -210,6 +230,13 @@ class WatchCache(Generic[T]):
         except Exception as e:  # a shape or a bug nobody foresaw: never let it end the watch
             self._restart("exception")
             await self._retry("exception", f"{type(e).__name__}: {e}", exc=e)
+
+    async def _relist_later(self) -> None:
+        """410 Gone: the next step relists, after the reflector's backoff."""
+        self.resource_version = None
+        delay = self._relist_backoff.next_delay(self._clock())
+        log.debug("watch %s: resourceVersion expired (410); relisting in %.1fs", self.name, delay)
+        await self._guard(self._sleep(delay))
 
     async def _retry(self, kind: str, message: str, retry_after: float | None = None,
                      exc: BaseException | None = None) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,17 @@ from autoscaler.cluster.client import KubeError, request_json
 
 TOKEN_KEY = "token"
 CREDENTIAL_ERROR_KINDS = ("forbidden", "missing", "malformed", "unavailable")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """A Secret's name: a DNS-1123 subdomain (lower-case alphanumerics, '-' and '.', at most 253)."""
+    return isinstance(name, str) and len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
+
+def is_namespace_name(name: str) -> bool:
+    return isinstance(name, str) and _DNS_LABEL.fullmatch(name) is not None
 
 
 class CredentialError(Exception):
@@ -53,9 +65,12 @@ async def read_secret_key(
 ) -> tuple[str, Mapping[str, Any]]:
     """(the still base64-encoded value of ``key``, the whole Secret) of Secret ``namespace/name``.
 
-    Raises ``error(kind, message)``: ``forbidden`` (401/403; the message ends with
-    ``forbidden_hint``, how to grant it), ``missing`` (no such Secret, or no non-empty ``key``),
-    ``unavailable`` (any other API or connection failure)."""
+    Raises ``error(kind, message)``: ``malformed`` (a name or namespace that is not one: nothing is
+    requested, so a name can never reach another path or namespace), ``forbidden`` (401/403; the
+    message ends with ``forbidden_hint``, how to grant it), ``missing`` (no such Secret, or no
+    non-empty ``key``), ``unavailable`` (any other API or connection failure)."""
+    if not is_namespace_name(namespace) or not is_dns_subdomain(name):
+        raise error("malformed", f"Secret {str(namespace)[:64]!r}/{str(name)[:100]!r}: not a namespace and Secret name")
     where = f"Secret {namespace}/{name}"
     try:
         body = await request_json(api, "GET", f"/api/v1/namespaces/{namespace}/secrets/{name}",

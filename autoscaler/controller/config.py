@@ -49,6 +49,7 @@ class ControllerConfig:
     multikueue_dispatcher: bool = False
     multikueue_namespace: str = "kueue-system"
     multikueue_cluster_label: str = "cluster"
+    multikueue_allow_insecure_http: bool = False
     exporter_selector: str = "app.kubernetes.io/name=queuepilot-exporter"
     exporter_port: int = 9400
     dry_run: bool = False
@@ -209,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--multikueue-cluster-label", default="cluster", metavar="LABEL",
       help="label of the shared Prometheus that names the worker cluster of each GPU series, matched against the "
            "MultiKueueCluster name (--multikueue-dispatcher)")
+    a("--multikueue-allow-insecure-http", action="store_true", default=False,
+      help="TEST FLEETS ONLY: accept worker kubeconfigs whose server is plain http:// (their credentials then "
+           "cross the network in clear); off, such a kubeconfig is refused (kind insecure). The chart never sets it")
     a("--webhook-listen", default="", metavar="HOST:PORT",
       help="address to serve the queue-name mutating webhook on (TLS); off when empty")
     a("--webhook-cert-dir", default="", metavar="DIR",

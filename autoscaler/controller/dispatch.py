@@ -38,7 +38,7 @@ from autoscaler import metrics as m
 from autoscaler.act.events import ObjectRef
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.writer import EventType, Writer
-from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchReporter, cancel_tasks
+from autoscaler.cluster.cache import STALE_AFTER_SECONDS, WatchReporter
 from autoscaler.cluster.remote import DEFAULT_KUEUE_NAMESPACE, Fleet
 from autoscaler.cluster.source import ClusterObjects
 from autoscaler.controller.context import ControllerContext, writer_for
@@ -58,6 +58,7 @@ from autoscaler.core.policy.dispatch import (
 from autoscaler.core.policy.ledger import Ledger
 from autoscaler.core.snapshot import ClusterSnapshot, WorkloadState
 from autoscaler.signals.gpu import GpuReading, GpuSignalSource
+from servicekit.tasks import cancel_tasks, every
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +95,10 @@ class FleetSource:
         gpu_stale_seconds: float = 120.0,
         fleet: Fleet | None = None,
         settle_seconds: float = 30.0,
+        allow_insecure_http: bool = False,
     ) -> None:
         self.fleet = fleet or Fleet(api, counters, namespace=namespace, on_change=on_change, clock=clock,
-                                    stale_after=stale_after)
+                                    stale_after=stale_after, allow_insecure_http=allow_insecure_http)
         self._gpu_factory = gpu_factory
         self._gpu: dict[str, GpuSignalSource] = {}
         self._clock = clock
@@ -114,8 +116,10 @@ class FleetSource:
     async def start(self) -> None:
         self._started_at = self._clock()
         self.fleet.start()
-        self._tasks = [asyncio.create_task(self._every(self._refresh_seconds, self.refresh), name="fleet-refresh"),
-                       asyncio.create_task(self._every(self._gpu_poll_seconds, self.poll_gpu), name="fleet-gpu")]
+        self._tasks = [asyncio.create_task(every(self._refresh_seconds, self.refresh, name="fleet refresh", logger=log),
+                                           name="fleet-refresh"),
+                       asyncio.create_task(every(self._gpu_poll_seconds, self.poll_gpu, name="fleet GPU poll",
+                                                 logger=log), name="fleet-gpu")]
 
     async def stop(self) -> None:
         self._started_at = None  # the dispatcher decides nothing from here on
@@ -126,16 +130,6 @@ class FleetSource:
                 await sig.close()
         self._gpu.clear()
         await self.fleet.stop()
-
-    async def _every(self, seconds: float, fn: Callable[[], Any]) -> None:
-        while True:
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # never let one bad round end the loop
-                log.exception("fleet: %s failed", getattr(fn, "__name__", "step"))
-            await asyncio.sleep(seconds)
 
     async def refresh(self) -> None:
         """Connect / reconnect / drop workers (``Fleet.refresh``) once the manager caches listed."""
@@ -238,10 +232,12 @@ class FleetPublished:
 
 
 class FleetCollector(Collector):
-    """Renders :class:`FleetPublished` as the ``queuepilot_worker_cluster_*`` and dispatch families."""
+    """Renders :class:`FleetPublished` as the ``queuepilot_worker_cluster_*`` and dispatch families, and
+    each worker's connection failure (``Fleet.failing``) as ``queuepilot_worker_cluster_connect_failing``."""
 
-    def __init__(self, published: FleetPublished) -> None:
+    def __init__(self, published: FleetPublished, fleet: Fleet | None = None) -> None:
         self.published = published
+        self.fleet = fleet
 
     def collect(self) -> Iterable[Any]:
         p = self.published
@@ -264,7 +260,11 @@ class FleetCollector(Collector):
                                 labels=list(m.DISPATCH_DECISIONS_TOTAL.labels))
         for (r, mode), v in sorted(p.decisions.items()):
             d.add_metric([r, mode], v)
-        return [g, b, up, age, d]
+        f = GaugeMetricFamily(m.WORKER_CLUSTER_CONNECT_FAILING.name, m.WORKER_CLUSTER_CONNECT_FAILING.help,
+                              labels=list(m.WORKER_CLUSTER_CONNECT_FAILING.labels))
+        for c, kind in sorted(dict(self.fleet.failing).items() if self.fleet is not None else ()):
+            f.add_metric([c, kind], 1)
+        return [g, b, up, age, d, f]
 
 
 class DispatchReconciler:
@@ -288,7 +288,7 @@ class DispatchReconciler:
 
     def register(self) -> None:
         """Put the fleet families on the controller's registry (once)."""
-        self.ctx.registry.register(FleetCollector(self.published))
+        self.ctx.registry.register(FleetCollector(self.published, self.fleet.fleet))
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         if not self.fleet.fleet.synced:
@@ -401,4 +401,5 @@ def fleet_source(ctx: ControllerContext, config: Any, session: Callable[[], Any]
     return FleetSource(ctx.api_client, ctx.counters, namespace=config.multikueue_namespace,
                        gpu_factory=gpu if config.gpu_signal == "prometheus" else None,
                        on_change=ctx.request_pass, gpu_poll_seconds=config.gpu_poll_seconds,
-                       gpu_stale_seconds=config.signal_stale_seconds)
+                       gpu_stale_seconds=config.signal_stale_seconds,
+                       allow_insecure_http=getattr(config, "multikueue_allow_insecure_http", False))

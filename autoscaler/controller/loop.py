@@ -44,7 +44,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from autoscaler.act.writer import Writer
 from autoscaler.cluster import resources as res
-from autoscaler.cluster.cache import WatchCache, cancel_tasks
+from autoscaler.cluster.cache import WatchCache
 from autoscaler.cluster.client import request_json
 from autoscaler.cluster.secrets import SecretTokens
 from autoscaler.cluster.source import PARSERS, CacheStats, ClusterObjects, ClusterSource, WatchSource
@@ -65,6 +65,7 @@ from autoscaler.signals.gpu_prometheus import PrometheusGpuSignal
 from autoscaler.signals.gpu_scrape import ScrapeGpuSignal
 from autoscaler.signals.ray import RayClient, RayHeadClient, RaySignals
 from servicekit.http import HttpServer, start_server
+from servicekit.tasks import cancel_tasks, every
 
 log = logging.getLogger("queuepilot.controller")
 
@@ -288,16 +289,6 @@ class Controller:
             await self.run_pass()
             last_pass_s = time.perf_counter() - t0
 
-    async def _every(self, seconds: float, fn: Callable[[], Any]) -> None:
-        while True:
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("periodic task failed")
-            await asyncio.sleep(seconds)
-
     async def _poll_gpu(self) -> None:
         await self._gpu.poll(self.clock())
         self.request_pass("gpu")
@@ -387,9 +378,11 @@ class Controller:
         spawn = self._tasks.append
         for name, coro in self.source.runners():
             spawn(asyncio.create_task(coro, name=name))
-        spawn(asyncio.create_task(self._every(self.config.gpu_poll_seconds, self._poll_gpu), name="gpu"))
+        spawn(asyncio.create_task(every(self.config.gpu_poll_seconds, self._poll_gpu, name="GPU signal poll",
+                                        logger=log), name="gpu"))
         if self.ray is not None:
-            spawn(asyncio.create_task(self._every(self.config.ray_poll_seconds, self._poll_ray), name="ray"))
+            spawn(asyncio.create_task(every(self.config.ray_poll_seconds, self._poll_ray, name="Ray signal poll",
+                                            logger=log), name="ray"))
         if self.leader is not None:
             spawn(asyncio.create_task(self.leader.run(), name="leader"))
         spawn(asyncio.create_task(self.pass_loop(), name="passes"))
@@ -429,6 +422,8 @@ class Controller:
     async def shutdown(self) -> None:
         await cancel_tasks(self._tasks)
         self._tasks.clear()
+        if self.ray is not None:
+            await self.ray.close()
         if self.fleet is not None:
             await self.fleet.stop()
         if self.leader is not None:
@@ -459,5 +454,6 @@ def _default_ray_client(session: aiohttp.ClientSession, config: ControllerConfig
     if config.ray_token_file:
         token = Path(config.ray_token_file).read_text(encoding="utf-8").strip()
     dashboard = RayDashboardClient(session, timeout=config.ray_timeout_seconds)
-    read_secret = SecretTokens(api).token if api is not None else None
-    return RayHeadClient(dashboard, read_secret=read_secret, shared_token=token, ca_file=config.ray_ca_file)
+    tokens = SecretTokens(api) if api is not None and token is None else None
+    return RayHeadClient(dashboard, read_secret=tokens.token if tokens else None, shared_token=token,
+                         ca_file=config.ray_ca_file, forget_secrets=tokens.forget if tokens else None)

@@ -17,12 +17,18 @@ On the same step, per RayCluster:
   annotation ``queuepilot.io/recommendation`` (JSON, ``rightsizing.annotation_json``), written through
   ``Writer.annotate_raycluster`` only when what is on the object (untrusted: parsed defensively, and
   overwritten when it is not ours) differs materially from the recommendation, and only once at least
-  one group has a recommendation (while all are withheld nothing is written, nor removed);
+  one group has a recommendation (while all are withheld nothing is written, nor removed).  The write
+  is pinned to the resourceVersion the decision was made on: a RayCluster that changed since answers
+  409, and the decision is made again on the next pass's snapshot (not the next step's), with the
+  same recommendation, until it is written or no longer wanted (repeated conflicts are paced by the
+  write guard);
 - a malformed opt-in value: off, and a Warning Event ``MalformedAnnotation`` once per distinct text.
 
 Dry-run: no annotation is written (the would-be write is logged); Events are posted as in a live run.
 State is in memory: after a restart the history starts again (recommendations are withheld until it
 is long enough) and the first material change is announced again (content-named Events dedup).
+Everything kept per RayCluster (warnings given, annotations to write again) is dropped when the
+RayCluster goes.
 """
 
 from __future__ import annotations
@@ -126,11 +132,17 @@ class RecommendationReconciler(WritingReconciler):
         self.feed = RightsizingFeed(policy, step_s)
         self.annotate = annotate_setting(ctx.settings) if annotate is None else annotate
         self.announced: dict[GroupKey, RecommendationEntry] = {}
-        self.outcomes: list[tuple[str, WriteOutcome]] = []  # last step's annotation writes, for tests
+        self.outcomes: list[tuple[str, WriteOutcome]] = []  # last pass's annotation writes, for tests
         self._warned: dict[str, str] = {}
+        self._again: dict[str, list[GroupRecommendation]] = {}  # cluster -> recs whose annotation is still to write
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
+        self._prune(snapshot)
         if not self.feed.due(now):
+            self.outcomes = []
+            if self._again:
+                for key, recs in sorted(self._again.items()):
+                    await self._annotate(snapshot, key, recs, now)
             return
         # nothing else touches the feed meanwhile: reconcilers run in turn
         recs = await offload(snapshot_size(snapshot), self.feed.step, snapshot, now)
@@ -138,6 +150,7 @@ class RecommendationReconciler(WritingReconciler):
             return
         self.ctx.published.recommendations = recs
         self.outcomes = []
+        self._again = {}
         by_cluster: dict[str, list[GroupRecommendation]] = {}
         for r in recs:
             by_cluster.setdefault(f"{r.key.namespace}/{r.key.raycluster}", []).append(r)
@@ -155,7 +168,7 @@ class RecommendationReconciler(WritingReconciler):
                        now: float) -> None:
         rc = snapshot.ray_clusters[key]
         ref = ObjectRef(RAY_API, "RayCluster", rc.namespace, rc.name, rc.uid)
-        opted_in, warning = annotate_recommendation(rc.annotations)
+        _, warning = annotate_recommendation(rc.annotations)
         if (warning or "") != self._warned.get(key, ""):
             self._warned[key] = warning or ""
             if warning:
@@ -164,8 +177,20 @@ class RecommendationReconciler(WritingReconciler):
         entries = {r.key.group: entry_of(r) for r in recs}
         for r in recs:
             self._announce(ref, r.key, entries[r.key.group], now)
+        await self._annotate(snapshot, key, recs, now)
+
+    async def _annotate(self, snapshot: ClusterSnapshot, key: str, recs: Sequence[GroupRecommendation],
+                        now: float) -> None:
+        """Write the annotation of ``key`` when it is wanted and outdated on ``snapshot``, pinned to the
+        snapshot's resourceVersion; a conflict or a held-back write is tried again on the next pass."""
+        self._again.pop(key, None)
+        rc = snapshot.ray_clusters.get(key)
+        if rc is None:
+            return
+        opted_in, _ = annotate_recommendation(rc.annotations)
         if not (self.annotate and opted_in) or all(r.withheld for r in recs):
             return  # (all withheld: nothing to say yet; an annotation written before stays as it is)
+        entries = {r.key.group: entry_of(r) for r in recs}
         if not annotation_outdated(rc.annotations.get(RECOMMENDATION_ANNOTATION), entries):
             return
         value = annotation_json(entries.values(), rfc3339(now))
@@ -174,10 +199,21 @@ class RecommendationReconciler(WritingReconciler):
             outcome = WriteOutcome("dry_run")
         else:
             outcome = await self.writer.annotate_raycluster(rc.namespace, rc.name, RECOMMENDATION_ANNOTATION,
-                                                            value, now)
+                                                            value, now, resource_version=rc.resource_version)
         self.outcomes.append((key, outcome))
-        if outcome.result not in ("written", "dry_run", "unchanged"):
+        if outcome.result in ("conflict", "skipped") and outcome.detail in ("conflict", "backoff"):
+            self._again[key] = list(recs)  # decided again on the next pass's snapshot
+            log.debug("annotating %s: %s; deciding again on the next pass", key, outcome.detail)
+        elif outcome.result not in ("written", "dry_run", "unchanged"):
             log.info("annotating %s: %s %s; trying again on the next step", key, outcome.result, outcome.detail)
+
+    def _prune(self, snapshot: ClusterSnapshot) -> None:
+        """Forget what is kept per RayCluster once the RayCluster is gone."""
+        live = snapshot.ray_clusters
+        if any(k not in live for k in self._warned):
+            self._warned = {k: v for k, v in self._warned.items() if k in live}
+        if any(k not in live for k in self._again):
+            self._again = {k: v for k, v in self._again.items() if k in live}
 
     def _announce(self, ref: ObjectRef, key: GroupKey, entry: RecommendationEntry, now: float) -> None:
         if entry.reason not in (RECOMMENDED, ALREADY_RIGHT_SIZED):

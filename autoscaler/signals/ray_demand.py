@@ -13,20 +13,25 @@ Order of sources (``docs/ray-signal.md``):
 A part that fails is recorded in ``RayStatus.errors`` (bounded ``part`` and ``kind``) and the
 rest is still used; only when no demand source answered does :meth:`fetch_status` raise
 :class:`RaySignalError`.  Authentication failures (401/403) raise at once.
+
+What an answer may cost is bounded by ``autoscaler.signals.ray_limits``: each part's answer has a
+byte cap and a cap on the JSON values it may build (over either: ``too_large``), the bytes of all
+answers being read or parsed come from one process-wide budget, and large answers are parsed in a
+worker thread one at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
 
+from autoscaler.signals.ray_limits import ByteBudget, ParseGate, PartLimit, largest, part_limits
 from autoscaler.signals.ray_parse import (
     ItemList,
     PendingItem,
@@ -47,6 +52,7 @@ from autoscaler.signals.ray_parse import (
     to_demand,
     with_strategies,
 )
+from servicekit.boundedjson import NotJson, TooLarge, loads_bounded
 
 __all__ = [
     "ERROR_KINDS",
@@ -61,9 +67,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # auth: the head refused the token (401/403); credentials: the controller has no token to send
-# (its Secret cannot be read); tls: the head's certificate was not accepted.
-ERROR_KINDS = ("timeout", "connect", "tls", "http_status", "parse", "auth", "credentials")
-MAX_BODY_BYTES = 64 * 2**20
+# (its Secret cannot be read); tls: the head's certificate was not accepted; too_large: an answer over
+# its part's byte or JSON-value bound (autoscaler.signals.ray_limits).
+ERROR_KINDS = ("timeout", "connect", "tls", "http_status", "parse", "auth", "credentials", "too_large")
 THREAD_PARSE_BYTES = 2**20  # larger answers are decoded and parsed off the event loop
 
 _PENDING_TASKS = (
@@ -104,7 +110,10 @@ class RayDashboardClient:
     of each state-API list (Ray caps it at 10 000); a longer list is recorded as ``incomplete``.
     ``max_report_age``: a v1 report older than this (seconds, by its own ``time`` against
     ``now``) is from an autoscaler that stopped writing; the state API is used instead.
-    ``max_body_bytes``: a longer answer is refused (``parse``) without being read to the end.
+    ``limits``: part -> its bounds (default ``ray_limits.part_limits`` for ``limit`` rows; other parts
+    get the largest); an answer over them is refused (``too_large``) without being read to the end or
+    parsed.  ``budget`` / ``gate``: the process-wide byte budget (default: twice the largest answer)
+    and parse gate, one each per client; :meth:`bound` copies share them.
     """
 
     def __init__(
@@ -115,7 +124,9 @@ class RayDashboardClient:
         timeout: float = 5.0,
         limit: int = 2000,
         max_report_age: float = 120.0,
-        max_body_bytes: int = MAX_BODY_BYTES,
+        limits: Mapping[str, PartLimit] | None = None,
+        budget: ByteBudget | None = None,
+        gate: ParseGate | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._session = session
@@ -124,7 +135,10 @@ class RayDashboardClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._limit = limit
         self._max_report_age = max_report_age
-        self._max_body_bytes = max_body_bytes
+        self._limits = dict(limits) if limits is not None else part_limits(rows=limit)
+        self._other = largest(self._limits)
+        self.budget = budget or ByteBudget(2 * self._other.max_bytes)
+        self.gate = gate or ParseGate()
 
     def bound(self, *, token: str | None, ssl_context: ssl.SSLContext | None = None) -> RayDashboardClient:
         """This client for one head: same session and limits, that head's token and TLS context."""
@@ -133,9 +147,19 @@ class RayDashboardClient:
         c._ssl = ssl_context if ssl_context is not None else True
         return c
 
+    def _limit_of(self, part: str) -> PartLimit:
+        return self._limits.get(part, self._other)
+
     # ------------------------------------------------------------------------------- transport
     async def get_bytes(self, base_url: str, path: str, part: str) -> bytes:
-        """GET ``base_url + path``: the body of a 200 answer; every failure is a :class:`RaySignalError`."""
+        """GET ``base_url + path``: the body of a 200 answer; every failure is a :class:`RaySignalError`.
+        The body's bytes are given back to the budget before this returns (see :meth:`_fetch`)."""
+        body = await self._fetch(base_url, path, part)
+        self.budget.give(len(body))
+        return body
+
+    async def _fetch(self, base_url: str, path: str, part: str) -> bytes:
+        """As :meth:`get_bytes`, but the body's bytes stay taken from the budget (the caller gives them back)."""
         url = base_url.rstrip("/") + path
         try:
             async with self._session.get(
@@ -145,8 +169,9 @@ class RayDashboardClient:
                     raise RaySignalError(
                         "auth", f"{url}: HTTP {resp.status} (token missing or wrong)", part=part
                     )
-                body = await _read_capped(resp, self._max_body_bytes, url, part)
+                body = await _read_capped(resp, self._limit_of(part).max_bytes, self.budget, url, part)
                 if resp.status != 200:
+                    self.budget.give(len(body))
                     raise RaySignalError(
                         "http_status", f"{url}: HTTP {resp.status}: {_snippet(body)}", part=part
                     )
@@ -166,14 +191,19 @@ class RayDashboardClient:
 
     async def get_json(self, base_url: str, path: str, part: str) -> Any:
         """GET and decode JSON (no shape check)."""
-        body = await self.get_bytes(base_url, path, part)
-        return _decode_and_parse(body, part, lambda doc: doc)
+        return await self._get(base_url, path, part, lambda doc: doc)
 
     async def _get(self, base_url: str, path: str, part: str, parse: Callable[[Any], T]) -> T:
-        body = await self.get_bytes(base_url, path, part)
+        body = await self._fetch(base_url, path, part)
+        limit = self._limit_of(part)
         if len(body) > THREAD_PARSE_BYTES:  # ~0.06 s of CPU per MB: keep the event loop free
-            return await asyncio.to_thread(_decode_and_parse, body, part, parse)
-        return _decode_and_parse(body, part, parse)
+            size = len(body)
+            return await self.gate.run(_decode_and_parse, body, part, parse, limit,
+                                       release=lambda: self.budget.give(size))
+        try:
+            return _decode_and_parse(body, part, parse, limit)
+        finally:
+            self.budget.give(len(body))
 
     # ------------------------------------------------------------------------------- one source each
     async def cluster_status(self, base_url: str) -> StatusReport | None:
@@ -306,29 +336,41 @@ class RayDashboardClient:
 
 
 # ------------------------------------------------------------------------------------ helpers
-async def _read_capped(resp: aiohttp.ClientResponse, cap: int, url: str, part: str) -> bytes:
-    """The whole body (``content.read(n)`` may return less than a full body), at most ``cap`` bytes."""
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int, budget: ByteBudget, url: str, part: str) -> bytes:
+    """The whole body (``content.read(n)`` may return less than a full body), at most ``cap`` bytes, each
+    chunk taken from ``budget`` as it arrives; on any failure what was taken is given back."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in resp.content.iter_chunked(2**16):
-        size += len(chunk)
-        if size > cap:
-            raise RaySignalError("parse", f"{url}: answer larger than {cap} bytes", part=part)
-        chunks.append(chunk)
+    try:
+        async for chunk in resp.content.iter_chunked(2**16):
+            if size + len(chunk) > cap:
+                raise RaySignalError("too_large", f"{url}: answer larger than {cap} bytes", part=part)
+            await budget.take(len(chunk))
+            size += len(chunk)
+            chunks.append(chunk)
+    except BaseException:
+        budget.give(size)
+        raise
     return b"".join(chunks)
 
 
-def _decode_and_parse(body: bytes, part: str, parse: Callable[[Any], T]) -> T:
+def _decode_and_parse(body: bytes, part: str, parse: Callable[[Any], T], limit: PartLimit) -> T:
+    """The parsed answer, or a RaySignalError that holds no reference to the decoded document: an error
+    kept for the partial status (and its traceback) must not keep a large document alive."""
     try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError) as e:
-        raise RaySignalError("parse", f"{part}: not JSON ({e}): {_snippet(body)}", part=part) from e
+        doc = loads_bounded(body, limit.max_values, max_containers=limit.max_containers)
+    except TooLarge as e:
+        raise RaySignalError("too_large", f"{part}: answer too large: {e}", part=part) from None
+    except NotJson as e:
+        raise RaySignalError("parse", f"{part}: {e}: {_snippet(body)}", part=part) from None
     try:
         return parse(doc)
     except RayParseError as e:
-        raise RaySignalError("parse", f"{part}: {e}", part=part) from e
+        message = f"{part}: {e}"
     except (TypeError, KeyError, IndexError, AttributeError, ValueError) as e:  # a shape no check foresaw
-        raise RaySignalError("parse", f"{part}: unexpected shape: {type(e).__name__}: {e}", part=part) from e
+        message = f"{part}: unexpected shape: {type(e).__name__}: {e}"
+    del doc
+    raise RaySignalError("parse", message, part=part)
 
 
 async def _catch(aw: Awaitable[T]) -> T | RaySignalError:
@@ -345,7 +387,8 @@ def _raise_auth(errors: list[Any]) -> None:
             raise e
 
 
-_PRIORITY = {"credentials": 0, "auth": 0, "tls": 1, "connect": 1, "timeout": 2, "http_status": 3, "parse": 4}
+_PRIORITY = {"credentials": 0, "auth": 0, "tls": 1, "connect": 1, "timeout": 2, "http_status": 3, "too_large": 4,
+             "parse": 4}
 
 
 def _first_error(candidates: list[Any]) -> RaySignalError:

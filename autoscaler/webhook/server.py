@@ -18,7 +18,8 @@ Errors, following the AdmissionReview API conventions:
   webhook's ``failurePolicy``; the chart's default, Ignore, lets the object through unchanged).
   That includes bodies the JSON parser refuses to follow: nesting deeper than Python's recursion
   limit, integers longer than Python converts (4300 digits); a body over ``MAX_BODY_BYTES`` is
-  answered 413 and one that does not arrive within the server's body timeout 408; each of these is
+  answered 413, one that could build more than ``MAX_REVIEW_VALUES`` JSON values 413 too (before it
+  is parsed), and one that does not arrive within the server's body timeout 408; each of these is
   counted as ``BadRequest``;
 * a review whose uid is known but whose object is malformed, or of a kind this webhook does not
   handle, is answered ``allowed: true`` without a patch and with a warning the user sees in kubectl.
@@ -28,6 +29,15 @@ result)`` callback (bounded values: ``KINDS`` + ``"Other"``, ``RESULTS``) for a 
 Served over TLS only (``start_webhook`` / ``run_webhook``; see ``autoscaler.webhook.tls``) by
 ``servicekit.http``: header and body timeouts, a connection cap, size limits, throttled one-line
 logs for malformed requests.
+
+It shares the controller's process, so what a flood of reviews can cost is bounded (:data:`LIMITS`):
+the body limit is what the API server itself can send for a CREATE of the objects it mutates (the
+object of a write request, at most the API server's own request-body limit, plus the review's
+envelope), at most ``MAX_IN_FLIGHT`` reviews are read and answered at once (the others wait, their
+bodies unread; 503 after the body timeout), bodies over ``THREAD_PARSE_BYTES`` are decoded in a
+worker thread with the value bound of ``servicekit.boundedjson``, and reviews are logged in aggregate:
+the first labelling of a result is one INFO line, the next ones at most one line a minute that says
+how many were left out (every review is still counted by ``on_review``).
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import base64
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,8 +56,10 @@ from aiohttp import web
 
 from autoscaler.webhook.tls import CertReloader, cert_paths, make_server_ssl_context
 from servicekit import http as servicekit_http
+from servicekit.boundedjson import NotJson, TooLarge, loads_bounded
 from servicekit.http import HttpServer, Limits, start_server
 from servicekit.listen import parse_listen as _parse_listen
+from servicekit.logthrottle import ThrottledLog
 
 log = logging.getLogger("queuepilot.webhook")
 
@@ -56,9 +69,24 @@ WEBHOOK_PATH = "/mutate-ray"
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 RAY_GROUP = "ray.io"
 KINDS = ("RayCluster", "RayJob")
-MAX_BODY_BYTES = 8 * 1024 * 1024  # objects are at most ~1.5 MiB in etcd; leave room
-# the API server's webhook call times out after 10 s by default (30 s at most): a body slower than that is no review
-LIMITS = Limits(max_body_bytes=MAX_BODY_BYTES, body_timeout=10.0)
+# The API server refuses a write request whose body is over 3 MiB (its default request-body limit; etcd
+# then keeps at most 1.5 MiB per object), and the reviews this webhook is sent are for CREATE only, so
+# the object in a review is at most that; the envelope (uid, kind, resource, userInfo with its groups,
+# options) is small.  A body over this is not a review the API server sends.
+API_SERVER_MAX_OBJECT_BYTES = 3 * 2**20
+REVIEW_ENVELOPE_BYTES = 256 * 2**10
+MAX_BODY_BYTES = API_SERVER_MAX_OBJECT_BYTES + REVIEW_ENVELOPE_BYTES
+# JSON values one review may build: a RayCluster of 3 MiB holds a few thousand (pod templates with env
+# lists); 200 000 leaves a wide margin and keeps a parsed review within tens of MiB.
+MAX_REVIEW_VALUES = 200_000
+MAX_IN_FLIGHT = 4  # reviews read and answered at once
+THREAD_PARSE_BYTES = 64 * 2**10  # larger bodies are decoded in a worker thread
+LOG_INTERVAL = 60.0  # seconds between two aggregated review lines of the same result
+# the API server's webhook call times out after 10 s by default (30 s at most): a body slower than that is no
+# review; the rest of a refused body is read (and decrypted) for 0.1 s only, so refusing a flood of them costs
+# little (a client that is still sending then may see the connection reset: for the API server that is the
+# same failed call as the 413, and the failurePolicy applies)
+LIMITS = Limits(max_body_bytes=MAX_BODY_BYTES, body_timeout=10.0, max_in_flight=MAX_IN_FLIGHT, lingering_time=0.1)
 
 # Results (the ``result`` label of a review counter): fixed CamelCase constants.
 LABELED = "Labeled"
@@ -72,8 +100,9 @@ UNSUPPORTED_KIND = "UnsupportedKind"
 MALFORMED_OBJECT = "MalformedObject"
 BAD_REQUEST = "BadRequest"
 INTERNAL_ERROR = "InternalError"
+BUSY = "Busy"  # no review slot freed within the body timeout: answered 503 (the failurePolicy applies)
 RESULTS = (LABELED, WOULD_LABEL, LABEL_PRESENT, NAMESPACE_UNMAPPED, OPTED_OUT, OWNED, NOT_CREATE, UNSUPPORTED_KIND,
-           MALFORMED_OBJECT, BAD_REQUEST, INTERNAL_ERROR)
+           MALFORMED_OBJECT, BAD_REQUEST, INTERNAL_ERROR, BUSY)
 
 OnReview = Callable[[str, str], None]
 
@@ -171,16 +200,19 @@ def decide(request: Mapping[str, Any], mapping: Mapping[str, str], opt_out_annot
     return Verdict(LABELED, patch=[op], queue=queue)
 
 
-def parse_review(body: bytes) -> dict[str, Any]:
-    """The AdmissionReview ``request`` from a body; BadReview (HTTP 400) when it cannot be answered."""
+class ReviewTooLarge(BadReview):
+    """The body could build more JSON values than a review may (HTTP 413)."""
+
+
+def parse_review(body: bytes, max_values: int = MAX_REVIEW_VALUES) -> dict[str, Any]:
+    """The AdmissionReview ``request`` from a body; BadReview (HTTP 400) when it cannot be answered,
+    ReviewTooLarge (HTTP 413) when it could build more than ``max_values`` JSON values."""
     try:
-        review = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadReview(f"request body is not JSON: {e}") from None
-    except RecursionError:
-        raise BadReview("request body nests too deeply to parse") from None
-    except ValueError as e:  # e.g. an integer over the 4300-digit conversion limit
-        raise BadReview(f"request body is not acceptable JSON: {str(e)[:120]}") from None
+        review = loads_bounded(body, max_values)
+    except TooLarge as e:
+        raise ReviewTooLarge(f"request body is too large for a review: {e}") from None
+    except NotJson as e:
+        raise BadReview(f"request body is {e}") from None
     if not isinstance(review, dict):
         raise BadReview("request body is not a JSON object (expected an AdmissionReview)")
     if review.get("apiVersion") != REVIEW_API_VERSION or review.get("kind") != "AdmissionReview":
@@ -204,6 +236,18 @@ def review_response(uid: str, verdict: Verdict) -> dict[str, Any]:
     if verdict.warning:
         response["warnings"] = [verdict.warning]
     return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+class _ReviewLog:
+    """Labelled (and would-label) reviews in aggregate: per result the first line at once, then at most one
+    line per ``interval`` saying how many were not logged in between."""
+
+    def __init__(self, interval: float = LOG_INTERVAL, clock: Any = time.monotonic) -> None:
+        self._log = ThrottledLog(log, interval, clock=clock, max_keys=len(RESULTS))
+
+    def __call__(self, result: str, message: str, *args: object) -> None:
+        self._log.log(result, logging.INFO, message, *args)
+        log.debug(message, *args)
 
 
 class _LogOnce:
@@ -239,6 +283,7 @@ def create_webhook_app(
     ``dry_run``: never patch, warn what would have been set."""
     queues = dict(mapping)
     log_once = _LogOnce()
+    review_log = _ReviewLog()
 
     def count(kind: str, result: str) -> None:
         if on_review is None:
@@ -251,12 +296,15 @@ def create_webhook_app(
     async def mutate(request: web.Request) -> web.Response:
         body = await request.read()
         try:
-            req = parse_review(body)
+            if len(body) > THREAD_PARSE_BYTES:  # a large body is decoded off the event loop
+                req = await asyncio.to_thread(parse_review, body)
+            else:
+                req = parse_review(body)
         except Exception as e:  # BadReview, or anything a hostile body provokes: never a 500
             message = str(e) if isinstance(e, BadReview) else f"request body cannot be read as a review ({type(e).__name__})"
             count("Other", BAD_REQUEST)
             log_once(BAD_REQUEST, "rejected a malformed AdmissionReview from %s: %s", request.remote, message)
-            return web.json_response({"error": message}, status=400)
+            return web.json_response({"error": message}, status=413 if isinstance(e, ReviewTooLarge) else 400)
         kind = req.get("kind")
         kind_name = kind.get("kind") if isinstance(kind, Mapping) else None
         try:
@@ -272,9 +320,10 @@ def create_webhook_app(
         if verdict.result in (MALFORMED_OBJECT, UNSUPPORTED_KIND):
             log_once(verdict.result, "review %s of %s %s: %s", req["uid"], kind_name, where, verdict.warning)
         elif verdict.result == LABELED:
-            log.info("labelled %s %s with %s=%s", kind_name, where, QUEUE_NAME_LABEL, verdict.queue)
+            review_log(LABELED, "labelled %s %s with %s=%s", kind_name, where, QUEUE_NAME_LABEL, verdict.queue)
         elif verdict.result == WOULD_LABEL:
-            log.info("dry-run: would label %s %s with %s=%s", kind_name, where, QUEUE_NAME_LABEL, verdict.queue)
+            review_log(WOULD_LABEL, "dry-run: would label %s %s with %s=%s", kind_name, where, QUEUE_NAME_LABEL,
+                       verdict.queue)
         return web.json_response(review_response(req["uid"], verdict))
 
     app = web.Application(client_max_size=limits.max_body_bytes)
@@ -327,9 +376,10 @@ async def start_webhook(
     reloader = CertReloader(ctx, certfile, keyfile, interval=reload_seconds)
 
     def refused(kind: str) -> None:
-        if kind in _REFUSED_BODIES and on_review is not None:
+        result = BAD_REQUEST if kind in _REFUSED_BODIES else BUSY if kind == servicekit_http.BUSY else None
+        if result is not None and on_review is not None:
             try:
-                on_review("Other", BAD_REQUEST)
+                on_review("Other", result)
             except Exception:
                 log.debug("webhook on_review callback failed", exc_info=True)
 
@@ -361,7 +411,8 @@ async def run_webhook(
 
 
 __all__ = [
-    "DEFAULT_OPT_OUT_ANNOTATION", "KINDS", "LIMITS", "QUEUE_NAME_LABEL", "RESULTS", "WEBHOOK_PATH", "BadReview",
+    "DEFAULT_OPT_OUT_ANNOTATION", "KINDS", "LIMITS", "MAX_BODY_BYTES", "MAX_IN_FLIGHT", "MAX_REVIEW_VALUES",
+    "QUEUE_NAME_LABEL", "RESULTS", "WEBHOOK_PATH", "BadReview", "ReviewTooLarge",
     "Verdict", "WebhookServer", "WebhookSettings", "cert_paths", "create_webhook_app", "decide",
     "dry_run_verdict", "parse_review", "review_response", "run_webhook", "start_webhook", "webhook_settings",
 ]

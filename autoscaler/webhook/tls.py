@@ -9,11 +9,12 @@ same context, so new connections use it without a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import ssl
 from pathlib import Path
+
+from servicekit.tasks import cancel_tasks
 
 log = logging.getLogger("queuepilot.webhook")
 
@@ -82,7 +83,5 @@ class CertReloader:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_tasks([self._task])
             self._task = None

@@ -159,3 +159,40 @@ async def test_dry_run_writes_nothing(fake_api, world, make_ctx, kube_client):
     assert patches(fake_api) == []
     await writer.close()
     await rec.close()
+
+
+async def test_the_annotation_is_pinned_to_the_resource_version_it_was_decided_on(
+        fake_api, world, make_ctx, kube_client):
+    setup_world(world, "rc", OPT_IN)
+    setup_world(world, "rc2", OPT_IN)
+    _, rec = make(make_ctx, kube_client)
+    await run(rec, world, 2)
+    now = T0 + STEP * 2
+    snap = world.snapshot(now)  # the decision is made on this
+    # meanwhile the tenant opts rc out, and KubeRay updates rc2 (its labels move its resourceVersion)
+    rc = world.get("RayCluster", "rc")
+    del rc["metadata"]["annotations"]["queuepilot.io/annotate-recommendation"]
+    fake_api.replace(rc)
+    rc2 = world.get("RayCluster", "rc2")
+    rc2["metadata"]["labels"] = {"touched": "yes"}
+    fake_api.replace(rc2)
+    await rec.reconcile(snap, now)
+    assert sorted((key, o.result) for key, o in rec.outcomes) == [("team-a/rc", "conflict"), ("team-a/rc2", "conflict")]
+    assert KEY not in world.get("RayCluster", "rc")["metadata"]["annotations"]  # never written on the opted-out one
+    # the next pass (not the next 5-minute step) decides again on the fresh objects
+    await rec.reconcile(world.snapshot(now + 1), now + 1)
+    assert [(key, o.result) for key, o in rec.outcomes] == [("team-a/rc2", "written")]
+    assert KEY not in world.get("RayCluster", "rc")["metadata"]["annotations"]
+    assert KEY in world.get("RayCluster", "rc2")["metadata"]["annotations"]
+    await rec.reconcile(world.snapshot(now + 2), now + 2)
+    assert rec.outcomes == []  # nothing left to write again
+
+
+async def test_what_is_kept_per_raycluster_goes_with_it(fake_api, world, make_ctx, kube_client):
+    setup_world(world, "rc", {"queuepilot.io/annotate-recommendation": "maybe"})  # malformed: warned once
+    _, rec = make(make_ctx, kube_client)
+    await run(rec, world, 1)
+    assert set(rec._warned) == {"team-a/rc"}
+    fake_api.delete(k.RAY, "RayCluster", "rc", "team-a")
+    await run(rec, world, 1, start=1)
+    assert rec._warned == {}

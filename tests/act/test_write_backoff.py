@@ -1,10 +1,12 @@
 """Per-object backoff after refused writes, through the real kubernetes-asyncio client against the
-fake API server: a refused write is not repeated on every pass, 409 is retried at once, 429 waits
+fake API server: a refused write is not repeated on every pass, a first 409 is retried at once and
+repeated 409s are paced, 429 waits
 for Retry-After, a streak of failures gives one Warning Event, and the backoff gauge follows."""
 
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 
 from autoscaler.act.guard import WRITES_FAILING, BackoffPolicy
@@ -121,17 +123,67 @@ async def test_429_waits_for_retry_after(fake_api, world, make_ctx, kube_client)
     await rec.close()
 
 
-async def test_a_conflict_is_retried_at_once_and_never_backed_off(fake_api, world, make_ctx, kube_client):
+async def test_a_first_conflict_is_retried_at_once_and_repeated_conflicts_are_backed_off(
+        fake_api, world, make_ctx, kube_client):
     base_world(world)
     ctx = make_ctx()
     writer(ctx, kube_client)
     rec = AdmissionReconciler(ctx)
-    fake_api.fail_next(3, status=409, path_contains="/workloads/w/status", method="PATCH")
-    await rec.reconcile(world.snapshot(T0), T0)  # three attempts, three conflicts
-    assert [(o.result, o.attempts) for _, o in rec.outcomes] == [("conflict", 3)]
-    assert value(ctx, "queuepilot_objects_in_write_backoff", {"resource": "workloads/status"}) == 0
-    await rec.reconcile(world.snapshot(T0 + 0.1), T0 + 0.1)  # the very next pass writes
+    fake_api.fail_next(1, status=409, path_contains="/workloads/w/status", method="PATCH")
+    await rec.reconcile(world.snapshot(T0), T0)  # one conflict: read fresh, written at once
+    assert [(o.result, o.attempts) for _, o in rec.outcomes] == [("written", 2)]
     assert world.check_entry("w")["state"] == "Ready"
+    assert value(ctx, "queuepilot_objects_in_write_backoff", {"resource": "workloads/status"}) == 0
+
+    world.add(k.node("n1"), k.workload("w2"))  # (room for it beside w)
+    world.reserve("w2", "cq-a", {"main": "a100"}, T0)
+    fake_api.fail_next(3, status=409, path_contains="/workloads/w2/status", method="PATCH")
+    await rec.reconcile(world.snapshot(T0 + 1), T0 + 1)  # two conflicts in a row: held back
+    assert [(o.result, o.attempts) for _, o in rec.outcomes] == [("conflict", 2)]
+    assert value(ctx, "queuepilot_objects_in_write_backoff", {"resource": "workloads/status"}) == 1
+    await rec.reconcile(world.snapshot(T0 + 1.1), T0 + 1.1)  # within the backoff: nothing requested
+    assert [(o.result, o.detail) for _, o in rec.outcomes] == [("skipped", "backoff")]
+    await rec.reconcile(world.snapshot(T0 + 2), T0 + 2)  # the third conflict: held back longer
+    assert [o.result for _, o in rec.outcomes] == ["conflict"]
+    await rec.reconcile(world.snapshot(T0 + 4), T0 + 4)
+    assert world.check_entry("w2")["state"] == "Ready"
+    assert value(ctx, "queuepilot_objects_in_write_backoff", {"resource": "workloads/status"}) == 0
+    await rec.close()
+
+
+async def test_a_status_write_that_meets_409_forever_is_paced_and_logged_once(
+        fake_api, world, make_ctx, kube_client, caplog):
+    """409 on every status write while passes run six times a second for 63 s: without pacing that
+    was 375 GET+PATCH pairs (all logged nowhere); now a handful, further and further apart."""
+    base_world(world)
+    ctx = make_ctx()
+    writer(ctx, kube_client)
+    rec = AdmissionReconciler(ctx)
+    refusal = fake_api.refuse_writes(409, resource="workloads/status", name="w")
+    fake_api.clear_requests()
+    caplog.set_level(logging.INFO, logger="autoscaler.act.guard")
+    patched_at: list[float] = []
+    for i in range(375):  # a pass every 0.168 s of the injected clock: 63 s
+        now = T0 + i * 0.168
+        before = len(requests(fake_api, "workloads/status", "PATCH"))
+        await rec.reconcile(world.snapshot(now), now)
+        if len(requests(fake_api, "workloads/status", "PATCH")) > before:
+            patched_at.append(now - T0)
+    patches = requests(fake_api, "workloads/status", "PATCH")
+    gets = [r for r in fake_api.requests if r.resource == "workloads" and r.method == "GET"]
+    assert len(patches) <= 14 and len(gets) == len(patches)
+    gaps = [b - a for a, b in itertools.pairwise(patched_at)]
+    assert gaps[-1] >= 15.0  # the delay doubled up to its cap (30 s, cut by up to half at random)
+    assert value(ctx, "queuepilot_write_errors_total", {"resource": "workloads/status", "kind": "conflict"}) == \
+        len(patches)
+    started = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(started) == 1 and "409 Conflict 2 times in a row" in started[0]
+    refusal.cancel()
+    now = T0 + 63 + 31
+    await rec.reconcile(world.snapshot(now), now)
+    assert world.check_entry("w")["state"] == "Ready"
+    ended = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any(f"after {len(patches)} conflicts in a row" in m for m in ended)
     await rec.close()
 
 

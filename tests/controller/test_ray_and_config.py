@@ -54,9 +54,9 @@ async def test_ray_polls_are_bounded_and_keep_last_good_data():
     slow = SlowRay()
     errors: Counter[str] = Counter()
     sig = RaySignals(slow, lambda k: errors.update([k]), concurrency=3)
-    await sig.poll({f"ns/rc{i}": f"http://h{i}:8265" for i in range(10)} | {"ns/nohead": None}, now=5.0)
+    await sig.poll({f"ns{i % 5}/rc{i}": f"http://h{i}:8265" for i in range(10)} | {"ns/nohead": None}, now=5.0)
     assert slow.peak == 3
-    assert set(sig.observations) == {f"ns/rc{i}" for i in range(10)}
+    assert set(sig.observations) == {f"ns{i % 5}/rc{i}" for i in range(10)}
 
     demand = (RayDemand("task", {"GPU": 1.0}),)
     stub = StubRay({"http://a:8265": Status(demand, observed_at=10.0)})

@@ -122,7 +122,8 @@ class Fleet3:
         def reconcilers(ctx: Any) -> list[Any]:
             self.fleet = FleetSource(ctx.api_client, ctx.counters, namespace=NS, on_change=ctx.request_pass,
                                      gpu_factory=lambda name: WorkerGpu(name, self.unhealthy),
-                                     refresh_seconds=0.3, gpu_poll_seconds=0.2, stale_after=3.0)
+                                     refresh_seconds=0.3, gpu_poll_seconds=0.2, stale_after=3.0,
+                                     allow_insecure_http=True)  # the fake API servers speak plain http
             out = build_reconcilers(ctx, self.fleet)
             if config is not None:
                 out[-1].config = config

@@ -21,7 +21,7 @@ from tests.support.reporters import RecordingReporter
 async def synced_fleet(f: Fleet3) -> tuple[Fleet, RecordingReporter, object]:
     api = await make_api_client(str(f.manager.kubeconfig_path))
     rep = RecordingReporter()
-    fleet = Fleet(api, rep, namespace=NS, stale_after=1.0)
+    fleet = Fleet(api, rep, namespace=NS, stale_after=1.0, allow_insecure_http=True)  # fake API servers: http
     fleet.start()
     await eventually(lambda: fleet.synced, timeout=30)
     return fleet, rep, api
@@ -86,7 +86,8 @@ async def test_bad_worker_credentials_are_counted_once_and_skipped(fleet3: Fleet
         await fleet.refresh()
         assert "worker-a" not in fleet.workers and "worker-b" in fleet.workers
         assert fleet.errors["worker-a"].startswith(kind)
-        assert rep.errors.count(("fleet/worker-a", kind)) == 1  # once per failure streak
+        assert rep.errors.count(("multikueue", kind)) == 1  # once per failure streak
+        assert fleet.failing == {"worker-a": kind}
         assert next(s for s in fleet.status() if s.name == "worker-a").connected is False
     finally:
         await fleet.stop()
@@ -99,6 +100,10 @@ def test_kubeconfig_check() -> None:
     with pytest.raises(FleetError, match="certificate-authority"):
         check_kubeconfig_dict({"clusters": [{"cluster": {"certificate-authority": "/ca"}}], "users": [{"user": {}}],
                                "contexts": [{"context": {}}]}, "here")
+    with pytest.raises(FleetError, match="insecure: here: server http://"):
+        check_kubeconfig_dict({"clusters": [{"name": "c", "cluster": {"server": "http://w:6443"}}],
+                               "users": [{"name": "u", "user": {"token": "t"}}],
+                               "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}, "here")
 
 
 @pytest.mark.parametrize("base, expect", [

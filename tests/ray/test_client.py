@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from autoscaler.signals.ray_demand import ERROR_KINDS, RayDashboardClient, RaySignalError
+from autoscaler.signals.ray_limits import PartLimit, part_limits
 from tests.support.ports import free_port
 
 PARTS_V2 = {
@@ -298,7 +299,7 @@ async def test_token_auth(serve, session, v2_answers):
 
 
 def test_error_kinds_are_bounded():
-    assert set(ERROR_KINDS) == {"timeout", "connect", "tls", "http_status", "parse", "auth", "credentials"}
+    assert set(ERROR_KINDS) == {"timeout", "connect", "tls", "http_status", "parse", "auth", "credentials", "too_large"}
     with pytest.raises(ValueError):
         RaySignalError("weird", "x")
 
@@ -335,8 +336,10 @@ async def test_large_answer_parsed_off_the_loop(serve, session, v2_answers):
 
 async def test_oversized_answer_is_refused(serve, session, v2_answers):
     url, _ = await serve(v2_answers)
-    client = RayDashboardClient(session, max_body_bytes=3000)  # tasks: ~7.8 kB; actors, PGs: < 2.3 kB
+    limits = {**part_limits(), "tasks": PartLimit(3000, 10**6)}  # tasks: ~7.8 kB; actors, PGs: < 2.3 kB
+    client = RayDashboardClient(session, limits=limits)
     status = await client.fetch_status(url, now=0.0)
     (err,) = [e for e in status.errors if e.part == "tasks"]
-    assert err.kind == "parse" and "larger than 3000 bytes" in err.message
+    assert err.kind == "too_large" and "larger than 3000 bytes" in err.message
+    assert client.budget.used == 0  # what the refused read took is back
     assert {d.kind for d in status.demand} == {"actor", "placement_group"}

@@ -93,12 +93,18 @@ async def test_shared_token_is_single_tenant_only_and_never_reaches_other_cluste
     fake_api.create(tenant_cluster("rc-x", "team-b", trap, {}))
 
     targets, _ = await targets_from_the_api(kube_client)
+    tokens = SecretTokens(kube_client)
     client = RayHeadClient(RayDashboardClient(session, token="ignored-default"),
-                           read_secret=SecretTokens(kube_client).token, shared_token="shared")
-    await RaySignals(client, lambda kind: None).poll(targets, now=1796019999.0)
+                           read_secret=tokens.token, shared_token="shared")
+    kinds: list[str] = []
+    signals = RaySignals(client, kinds.append)
+    await signals.poll(targets, now=1796019999.0)
     assert trap.hits == []
     assert head_a.authorizations == {"Bearer shared"}  # names no Secret: the operator's shared token
-    assert head_b.authorizations == {"Bearer token-of-team-b"}  # its own Secret wins
+    # a per-namespace Secret next to a shared token is refused: the two never mix (no Secret read,
+    # nothing sent to that head, counted as a credentials error)
+    assert head_b.hits == [] and tokens.reads == 0
+    assert kinds == ["credentials"] and signals.observations["team-b/rc-b"].error == "credentials"
 
 
 async def test_a_secret_that_cannot_be_read_means_no_request_at_all(
@@ -121,6 +127,10 @@ async def test_a_secret_that_cannot_be_read_means_no_request_at_all(
     for t in range(3):
         await signals.poll(targets, now=1796019999.0 + t)
     assert head.hits == []  # neither cluster is asked without its token (no unauthenticated fallback)
+    # failing twice in a row, a cluster is asked again only after its backoff (10 s): not on the third poll
+    assert kinds == ["credentials"] * 4
+    assert signals.retry_at("team-a/rc-a") == 1796019999.0 + 1 + 10
+    await signals.poll(targets, now=1796019999.0 + 11)
     assert kinds == ["credentials"] * 6
     assert {k: ob.error for k, ob in signals.observations.items()} == {
         "team-a/rc-a": "credentials", "team-a/rc-m": "credentials"}
@@ -128,7 +138,7 @@ async def test_a_secret_that_cannot_be_read_means_no_request_at_all(
     assert len(lines) == 2  # once per cluster and kind, not every poll
     assert any("forbidden" in m and "team-a/ray-token" in m for m in lines)
     assert any("missing" in m and "team-a/no-such-secret" in m for m in lines)
-    assert tokens.reads == 2  # failures are remembered for a while, not re-read every poll
+    assert tokens.reads == 2  # failures are remembered for a while (60 s), not re-read every poll
 
 
 @pytest.mark.parametrize("value", ["team-b/ray-token", "../ray-token", "Ray_Token", "x" * 254])
@@ -163,3 +173,24 @@ async def test_bare_urls_are_refused(session, heads):
     client = RayHeadClient(RayDashboardClient(session), shared_token="shared")
     await RaySignals(client, kinds.append).poll({"ns/rc": f"http://127.0.0.1:{head.port}"}, now=0.0)  # type: ignore[dict-item]
     assert head.hits == [] and kinds == ["bad_response"]
+
+
+async def test_cached_token_secrets_go_when_no_cluster_names_them(
+    fake_api, kube_client, heads, resolver: ServiceResolver, session
+):
+    namespaces(fake_api, "team-a")
+    fake_api.create(secret("ray-token", "team-a", "token-of-team-a"))
+    head = await heads()
+    for name in ("rc-a", "rc-b"):
+        resolver.add(f"{name}-head-svc.team-a.svc", head.port)
+    fake_api.create(o.ray_cluster("rc-a", "team-a", annotations={**OPT_IN, RAY_TOKEN_SECRET: "ray-token"}))
+    fake_api.create(o.ray_cluster("rc-b", "team-a", annotations={**OPT_IN, RAY_TOKEN_SECRET: "no-such-secret"}))
+    targets, _ = await targets_from_the_api(kube_client)
+    tokens = SecretTokens(kube_client)
+    client = RayHeadClient(RayDashboardClient(session), read_secret=tokens.token, forget_secrets=tokens.forget)
+    signals = RaySignals(client, lambda kind: None)
+    await signals.poll(targets, now=1796019999.0)
+    assert set(tokens._cache) == {("team-a", "ray-token"), ("team-a", "no-such-secret")}
+    del targets["team-a/rc-b"]  # the cluster (and with it the only mention of that Secret) is gone
+    await signals.poll(targets, now=1796020009.0)
+    assert set(tokens._cache) == {("team-a", "ray-token")}

@@ -24,7 +24,16 @@ from autoscaler.webhook.server import start_webhook
 from exporter.server import LIMITS as EXPORTER_LIMITS
 from exporter.server import ExporterApp
 from exporter.sources.sim import SimSource
-from servicekit.http import BODY_TIMEOUT, HEADER_TIMEOUT, MALFORMED, TOO_LARGE, Limits
+from servicekit.http import (
+    AT_CAPACITY,
+    BODY_TIMEOUT,
+    BUSY,
+    HEADER_TIMEOUT,
+    IDLE_CLOSED,
+    MALFORMED,
+    TOO_LARGE,
+    Limits,
+)
 from tests.webhook.certs import make_pki
 
 SHORT = {"header_timeout": 0.5, "body_timeout": 1.0, "max_connections": 3}
@@ -168,20 +177,85 @@ async def test_a_body_that_does_not_arrive_in_time_is_408(start, name):
     assert t.rejected().get(BODY_TIMEOUT, 0) == 1
 
 
+async def busy_holder(t: Target) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection with a request in flight: a POST whose body never finishes arriving."""
+    reader, writer = await connect(t)
+    writer.write(f"POST {t.post_path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 "Content-Length: 100\r\n\r\n{".encode())
+    await writer.drain()
+    return reader, writer
+
+
 @pytest.mark.parametrize("name", SERVERS)
-async def test_the_connection_cap_holds(start, name):
-    t = await start(name, max_connections=3, header_timeout=30.0)  # idle holders are not timed out here
-    holders = [await connect(t) for _ in range(3)]
-    await asyncio.sleep(0.3)  # the server has accepted all three
+async def test_the_connection_cap_holds_while_every_connection_has_a_request_in_flight(start, name):
+    t = await start(name, max_connections=3, header_timeout=30.0, body_timeout=30.0)
+    holders = [await busy_holder(t) for _ in range(3)]
+    await asyncio.sleep(0.3)  # the server has accepted all three and is reading their bodies
 
     late = asyncio.create_task(get(t, t.get_path))
     done, _ = await asyncio.wait({late}, timeout=1.0)
-    assert not done, "a fourth connection was served while three were open (cap 3)"
+    assert not done, "a fourth connection was served while three requests were in flight (cap 3)"
     holders[0][1].close()  # one slot frees: the waiting client is accepted and answered
     answer = await asyncio.wait_for(late, 10)
     assert answer.startswith((b"HTTP/1.1 200", b"HTTP/1.1 404"))  # the webhook serves no GET route
+    assert t.rejected().get(AT_CAPACITY, 0) >= 1 and not t.rejected().get(IDLE_CLOSED)
     for _, w in holders[1:]:
         w.close()
+
+
+@pytest.mark.parametrize("name", SERVERS)
+async def test_at_the_cap_the_connection_idle_longest_is_closed_for_a_new_client(start, name):
+    t = await start(name, max_connections=3, header_timeout=30.0)  # idle holders are not timed out here
+    holders = []
+    for _ in range(3):  # each sends one request, reads the answer and stays open, idle (keep-alive)
+        reader, writer = await connect(t)
+        writer.write(f"GET {t.get_path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        holders.append((reader, writer))
+        await asyncio.sleep(0.05)
+
+    answer = await asyncio.wait_for(get(t, t.get_path), 10)  # served although three connections are open
+    assert answer.startswith((b"HTTP/1.1 200", b"HTTP/1.1 404"))
+    assert t.rejected().get(IDLE_CLOSED) == 1 and not t.rejected().get(AT_CAPACITY)
+    # the oldest idle holder was closed; the two younger ones are still open
+    oldest, *younger = holders
+    assert await asyncio.wait_for(_drained_to_eof(oldest[0]), 10)
+    for reader, _ in younger:
+        assert not reader.at_eof()
+    for _, w in holders:
+        w.close()
+
+
+async def _drained_to_eof(reader: asyncio.StreamReader) -> bool:
+    with contextlib.suppress(ConnectionResetError, ssl.SSLError):
+        while await reader.read(65536):
+            pass
+    return True
+
+
+async def test_webhook_reviews_in_flight_are_capped_and_a_waiter_past_the_body_timeout_gets_503(tmp_path):
+    pki = make_pki(tmp_path)
+    results: list[tuple[str, str]] = []
+    limits = replace(WEBHOOK_LIMITS, max_in_flight=1, body_timeout=1.0, header_timeout=30.0)
+    server = await start_webhook("127.0.0.1:0", str(pki.cert_file), str(pki.key_file), {"team-a": "q"},
+                                 limits=limits, on_review=lambda k, r: results.append((k, r)))
+    t = Target("webhook", server.port, ssl.create_default_context(cafile=str(pki.ca_file)), "/", "/mutate-ray",
+               WEBHOOK_LIMITS.max_body_bytes, lambda: dict(server.http.rejected))
+    try:
+        first = await busy_holder(t)  # takes the only slot, then its body times out (408) after 1 s
+        await asyncio.sleep(0.2)
+        second = await busy_holder(t)  # waits for the slot, gets it when the first times out, times out too
+        await asyncio.sleep(0.2)
+        third = asyncio.create_task(get(t, "/mutate-ray"))  # waits longer than the body timeout: 503
+        answers = [await read_all(first[0]), await read_all(second[0]), await asyncio.wait_for(third, 10)]
+        assert [a[:12] for a in answers] == [b"HTTP/1.1 408", b"HTTP/1.1 408", b"HTTP/1.1 503"]
+        assert t.rejected().get(BUSY) == 1 and t.rejected().get(BODY_TIMEOUT) == 2
+        assert results.count(("Other", "Busy")) == 1
+        for _, w in (first, second):
+            w.close()
+    finally:
+        await server.close()
 
 
 MALFORMED_REQUESTS = [
