@@ -1,15 +1,18 @@
-"""Ray demand for the opted-in RayClusters: poll each head's dashboard concurrently, bounded, with ages.
+"""Ray demand and node state of RayClusters: poll each head's dashboard concurrently, bounded, with ages.
 
 Which heads, and with what credentials:
 
-- only clusters that opted in (``queuepilot.io/autoscale: "true"``) are polled; every other one
-  gets no request at all (its target is None);
+- clusters that opted in (``queuepilot.io/autoscale: "true"``) are polled; so is, while the stall
+  detector needs Ray's view of its workload, a cluster that did not (its target is ``evidence_only``;
+  ``autoscaler.controller.loop.Controller.ray_targets`` decides); every other one gets no request
+  at all (its target is None);
 - the address is the cluster's own head Service in the cluster's own namespace
   (``<head service>.<namespace>.svc``), never one read from the RayCluster's status;
 - the bearer token is the one in the Secret the cluster names (``queuepilot.io/ray-token-secret``,
   key ``token``, in the cluster's namespace), so a head only ever receives its own namespace's
-  token.  A cluster that names no Secret gets no token, unless the controller was started with a
-  shared token (``--ray-token-file``), which is meant for single-tenant clusters only;
+  token.  A cluster that names no Secret gets no token, unless it opted in and the controller was
+  started with a shared token (``--ray-token-file``), which is meant for single-tenant clusters only;
+  an ``evidence_only`` target never gets the shared token;
 - ``queuepilot.io/ray-dashboard-scheme: https`` polls over TLS, verified against the configured
   CA file (or the system's CAs); verification is never turned off.
 
@@ -49,7 +52,7 @@ class RayObservation:
 
 
 class DashboardTarget(Protocol):
-    """One opted-in cluster's head (``autoscaler.cluster.views.RayDashboardTarget`` is one)."""
+    """One cluster's head (``autoscaler.cluster.views.RayDashboardTarget`` is one)."""
 
     @property
     def namespace(self) -> str: ...
@@ -63,18 +66,22 @@ class DashboardTarget(Protocol):
     @property
     def base_url(self) -> str: ...
 
+    @property
+    def evidence_only(self) -> bool: ...
+
 
 class RayClient(Protocol):
     async def fetch_status(self, target: DashboardTarget, now: float) -> Any: ...
 
 
 class RayHeadClient:
-    """Reads one opted-in cluster's head with that cluster's own credentials (see the module doc).
+    """Reads one cluster's head with that cluster's own credentials (see the module doc).
 
     ``dashboard``: the shared dashboard client (its own token, if any, is never used: each request
     gets the target's).  ``read_secret``: how a named token Secret is read
     (``autoscaler.cluster.secrets.SecretTokens.token``); None: clusters that name a Secret are not
-    polled.  ``shared_token``: single-tenant mode, sent to opted-in clusters that name no Secret.
+    polled.  ``shared_token``: single-tenant mode, sent to opted-in clusters that name no Secret
+    (never to an ``evidence_only`` target).
     ``ca_file``: PEM bundle that signs the heads' dashboard certificates (None: the system CAs).
     """
 
@@ -101,7 +108,8 @@ class RayHeadClient:
     async def _token(self, target: DashboardTarget) -> str | None:
         secret = target.token_secret
         if not secret:
-            return self._shared_token
+            # the shared token is for clusters someone opted in to scaling, not for every RayJob's head
+            return None if target.evidence_only else self._shared_token
         if self._read_secret is None:
             raise RaySignalError("credentials", f"Secret {target.namespace}/{secret}: no Secret access configured")
         try:
@@ -154,7 +162,8 @@ class RaySignals:
             self._obs[key] = RayObservation(status, getattr(status, "observed_at", None) or now, "")
 
     async def poll(self, targets: Mapping[str, DashboardTarget | None], now: float) -> None:
-        """``targets``: RayCluster key "ns/name" -> its dashboard target (None: not opted in, never asked)."""
+        """``targets``: RayCluster key "ns/name" -> its dashboard target (None: never asked).  Heads are
+        asked in the order given, at most ``concurrency`` at once, each within ``timeout``."""
         self._obs = {k: v for k, v in self._obs.items() if targets.get(k) is not None}
         self._logged = {k: v for k, v in self._logged.items() if k in self._obs}
         await asyncio.gather(*(self._one(k, t, now) for k, t in targets.items() if t is not None))
