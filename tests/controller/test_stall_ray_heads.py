@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -79,7 +80,8 @@ def queues(fake_api) -> None:
         fake_api.create(obj)
 
 
-def rayjob(fake_api, gpus: IdleGpus, job: str, queue: str, dashboard_port: int, *, ip_base: int) -> str:
+def rayjob(fake_api, gpus: IdleGpus, job: str, queue: str, dashboard_port: int, *, ip_base: int,
+           annotations: dict[str, str] | None = None) -> str:
     """A running RayJob as KubeRay and Kueue leave it: the RayJob (Ray job RUNNING), its admitted
     Workload, the RayCluster made for it and its head and two GPU worker pods.  Returns the RayCluster's
     key "ns/name"."""
@@ -100,7 +102,7 @@ def rayjob(fake_api, gpus: IdleGpus, job: str, queue: str, dashboard_port: int, 
     # KubeRay copies the RayJob's labels and annotations and adds the origin labels; no queuepilot opt-in
     fake_api.create(o.ray_cluster(rc, NS, groups=spec["workerGroupSpecs"], head_ip=None, dashboard_port=dashboard_port,
                                   labels={**labels, "ray.io/originated-from-cr-name": job,
-                                          "ray.io/originated-from-crd": "RayJob"}))
+                                          "ray.io/originated-from-crd": "RayJob"}, annotations=annotations))
     fake_api.create(o.ray_head_pod(rc, NS, ip="127.0.0.1"))
     for i in range(2):
         pod = f"{rc}-workers-worker-{i}abcd"
@@ -299,3 +301,22 @@ async def test_a_head_that_gives_only_part_of_its_pending_work_holds_the_deactiv
             assert len(held) == 1 and "misses part of its pending work" in held[0]
     finally:
         await head.close()
+
+
+async def test_a_head_that_cannot_be_derived_is_counted_logged_once_and_holds(fake_api, caplog):
+    clock = Clock(T0)
+    gpus = IdleGpus(clock)
+    queues(fake_api)
+    key = rayjob(fake_api, gpus, "train", "lq-a", free_port(), ip_base=1,
+                 annotations={"queuepilot.io/ray-dashboard-scheme": "ftp"})  # the RayJob's, copied by KubeRay
+    caplog.set_level(logging.WARNING, logger="queuepilot.controller")
+    async with controller(fake_api, clock, gpus) as c:
+        await c.run_pass()
+        assert await run_until(c, clock, fake_api, "train", DUE + 30) is None
+        assert (await c.ray_targets())[key] is None
+        held = [m for _, r, m in await events_of(c, fake_api, "train") if r == R.STALL_DEACTIVATION_HELD]
+        assert len(held) == 1 and "Ray signal of RayCluster train-raycluster-x7k2p is missing" in held[0]
+        errors = c.registry.get_sample_value("queuepilot_source_errors_total", {"source": "ray", "kind": "target"})
+        assert errors is not None and errors >= 10  # every poll that needed it
+        lines = [r.getMessage() for r in caplog.records if "cannot be asked" in r.getMessage()]
+        assert len(lines) == 1 and key in lines[0] and "ray-dashboard-scheme" in lines[0]
