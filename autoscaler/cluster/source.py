@@ -122,7 +122,9 @@ class ClusterSource(Protocol):
     def stats(self) -> list[CacheStats]: ...
 
     def ray_targets(self) -> Mapping[str, RayDashboardTarget | None]:
-        """RayCluster "ns/name" -> where its Ray demand may be read (None: not opted in)."""
+        """RayCluster "ns/name" -> where its Ray demand may be read (None: nowhere).  A target marked
+        ``evidence_only`` (a cluster that did not opt in to scaling) is asked only while the stall
+        detector needs Ray's view of its workload: the controller decides (``Controller.ray_targets``)."""
         ...
 
     def runners(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
@@ -174,8 +176,9 @@ class WatchSource:
         return [CacheStats(name, len(c.items), c.synced) for name, c in self.caches.items()]
 
     def ray_targets(self) -> dict[str, RayDashboardTarget | None]:
-        """Each opted-in cluster's head: its running head pod's IP from the pod cache (same namespace,
-        ``ray.io/cluster`` + ``ray.io/node-type=head``), else its head Service's name."""
+        """Each cluster's head (``RayClusterView.head``: opted in, or ``evidence_only``): its running head
+        pod's IP from the pod cache (same namespace, ``ray.io/cluster`` + ``ray.io/node-type=head``), else
+        its head Service's name."""
         heads: dict[str, str] = {}
         for name in ("pods", "pods-ray"):
             if name in self.caches:
@@ -184,7 +187,7 @@ class WatchSource:
                         heads[f"{p.namespace}/{p.ray_cluster}"] = p.ip
         out: dict[str, RayDashboardTarget | None] = {}
         for key, view in self.caches["rayclusters"].items.items():
-            target = view.dashboard
+            target = view.head
             if target is not None and key in heads:
                 target = dataclasses.replace(target, head_ip=heads[key])
             out[key] = target

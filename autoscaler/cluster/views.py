@@ -433,7 +433,7 @@ def admission_check_view(obj: Mapping[str, Any]) -> AdmissionCheckObj:
 # ------------------------------------------------------------------------------------------ Ray
 @dataclass(frozen=True, slots=True)
 class RayDashboardTarget:
-    """Where the controller may ask one opted-in RayCluster's head for its demand, and with what.
+    """Where the controller may ask one RayCluster's head for its demand and node state, and with what.
 
     Built only from the RayCluster's name, namespace, spec and annotations, never from ``status``
     (which names any address the operator, or whoever edits status, writes there): the host is the
@@ -454,6 +454,10 @@ class RayDashboardTarget:
     # the IP of the cluster's running head pod as the pod cache shows it (``status.podIP``, written by
     # the kubelet, in the cluster's own namespace); None until one is seen
     head_ip: str | None = None
+    # a cluster that did not opt in to scaling: asked only while the stall detector needs Ray's view of
+    # its workload (``autoscaler.core.policy.stall.ray_clusters_to_watch``), and never given the shared
+    # ``--ray-token-file`` token (only the Secret it names in its own namespace)
+    evidence_only: bool = False
 
     @property
     def host(self) -> str:
@@ -471,10 +475,21 @@ class RayDashboardTarget:
 @dataclass(frozen=True, slots=True)
 class RayClusterView:
     """A RayCluster without its workers and demand (the builder adds those), plus where its dashboard
-    may be polled: ``dashboard`` is None unless the cluster opted in (``queuepilot.io/autoscale: "true"``)."""
+    may be polled: ``dashboard`` is None unless the cluster opted in (``queuepilot.io/autoscale: "true"``);
+    ``evidence_head`` is the same kind of target for a cluster that did not (``evidence_only``), asked
+    only while the stall detector needs Ray's view of its workload.  ``head_error``: why no such target
+    could be derived from a cluster that did not opt in (an annotation or head spec queuepilot cannot
+    use; the view itself stays usable)."""
 
     state: RayClusterState
     dashboard: RayDashboardTarget | None
+    evidence_head: RayDashboardTarget | None = None
+    head_error: str = ""
+
+    @property
+    def head(self) -> RayDashboardTarget | None:
+        """Where this cluster's head may be asked: the opted-in target, else the evidence-only one."""
+        return self.dashboard if self.dashboard is not None else self.evidence_head
 
 
 def _ray_resources(start: Mapping[str, Any], extra: Mapping[str, Any], req: Mapping[str, float]) -> dict[str, float]:
@@ -559,8 +574,13 @@ def ray_cluster_view(obj: Mapping[str, Any]) -> RayClusterView:
         groups=tuple(groups),
         created_at=parse_time(md.get("creationTimestamp")),
     )
-    dashboard = _dashboard_target(ns, md["name"], spec, state.annotations) if state.opted_in else None
-    return RayClusterView(state=state, dashboard=dashboard)
+    if state.opted_in:  # a cluster that opted in and names a head queuepilot cannot use is refused whole
+        return RayClusterView(state=state, dashboard=_dashboard_target(ns, md["name"], spec, state.annotations))
+    try:  # any other cluster: its head, in case the stall detector needs Ray's view of its workload
+        head = _dashboard_target(ns, md["name"], spec, state.annotations, evidence_only=True)
+    except MalformedObject as e:
+        return RayClusterView(state=state, dashboard=None, head_error=str(e)[:300])
+    return RayClusterView(state=state, dashboard=None, evidence_head=head)
 
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -605,7 +625,8 @@ def _head_dashboard_port(spec: Mapping[str, Any]) -> int:
 
 
 def _dashboard_target(
-    namespace: str, cluster: str, spec: Mapping[str, Any], annotations: Mapping[str, str]
+    namespace: str, cluster: str, spec: Mapping[str, Any], annotations: Mapping[str, str], *,
+    evidence_only: bool = False,
 ) -> RayDashboardTarget:
     scheme = annotations.get(DASHBOARD_SCHEME_ANNOTATION, "http").strip().lower() or "http"
     if scheme not in ("http", "https"):
@@ -625,6 +646,7 @@ def _dashboard_target(
         port=_head_dashboard_port(spec),
         scheme=scheme,
         token_secret=secret,
+        evidence_only=evidence_only,
     )
 
 

@@ -47,7 +47,14 @@ from autoscaler.cluster import resources as res
 from autoscaler.cluster.cache import WatchCache
 from autoscaler.cluster.client import request_json
 from autoscaler.cluster.secrets import SecretTokens
-from autoscaler.cluster.source import PARSERS, CacheStats, ClusterObjects, ClusterSource, WatchSource
+from autoscaler.cluster.source import (
+    PARSERS,
+    CacheStats,
+    ClusterObjects,
+    ClusterSource,
+    RayDashboardTarget,
+    WatchSource,
+)
 from autoscaler.cluster.views import EMPTY, object_key
 from autoscaler.controller import context as context_module
 from autoscaler.controller import reconcilers as reconcilers_module
@@ -58,6 +65,7 @@ from autoscaler.controller.counters import ControllerCounters
 from autoscaler.controller.dispatch import FleetSource, fleet_source
 from autoscaler.controller.leader import LeaderElector
 from autoscaler.controller.snapshot_builder import BuildConfig, SnapshotBuilder
+from autoscaler.core.policy.stall import ray_clusters_to_watch, stall_config
 from autoscaler.core.queue_wait import new_admissions
 from autoscaler.core.snapshot import ClusterSnapshot
 from autoscaler.signals.gpu import GpuReading
@@ -170,6 +178,8 @@ class Controller:
         self._ray_client = ray_client
         self.ray = RaySignals(ray_client, self._ray_error, config.ray_concurrency, config.ray_timeout_seconds) \
             if ray_client is not None else None
+        self._stall = stall_config(config.settings)  # which clusters' Ray view the stall detector needs
+        self._no_head: dict[str, str] = {}  # cluster key -> why its head cannot be asked (logged once)
         self.fleet: FleetSource | None = None
 
         def _build(ctx: ControllerContext) -> list[Reconciler]:
@@ -295,8 +305,40 @@ class Controller:
 
     async def _poll_ray(self) -> None:
         assert self.ray is not None
-        await self.ray.poll(self.source.ray_targets(), self.clock())
+        await self.ray.poll(await self.ray_targets(), self.clock())
         self.request_pass("ray")
+
+    async def ray_targets(self) -> dict[str, RayDashboardTarget | None]:
+        """The heads the Ray signal asks this round, in this order: every RayCluster opted in to scaling;
+        then, on the leader only, each other cluster whose Ray view the stall detector needs
+        (``ray_clusters_to_watch`` on the last snapshot: a workload opted in to deactivation, every GPU
+        idle).  Every other cluster maps to None and is not asked.  A needed cluster whose head cannot
+        be derived (``RayClusterView.head_error``) is counted (``source_errors{source="ray",
+        kind="target"}``) and logged once; the stall detector then holds for want of Ray's view."""
+        targets = self.source.ray_targets()
+        out: dict[str, RayDashboardTarget | None] = {
+            k: t for k, t in targets.items() if t is not None and not t.evidence_only}
+        snap = self.snapshot
+        wanted: frozenset[str] = frozenset()
+        if snap is not None and self.synced and self.is_leader:
+            wanted = await offload(snapshot_size(snap), ray_clusters_to_watch, snap, self._stall)
+        views = self.source.objects().ray_clusters if wanted else {}
+        for key in sorted(wanted - out.keys()):
+            target = targets.get(key)
+            if target is not None:
+                out[key] = target
+                continue
+            error = getattr(views.get(key), "head_error", "")
+            if error:
+                self._ray_error("target")
+                if self._no_head.get(key) != error:
+                    self._no_head[key] = error
+                    log.warning("Ray's view of RayCluster %s is needed by the stall detector, but its head "
+                                "cannot be asked: %s", key, error)
+        self._no_head = {k: v for k, v in self._no_head.items() if k in wanted}
+        for key in targets:
+            out.setdefault(key, None)
+        return out
 
     async def _discover_exporters(self) -> list[tuple[str, str]]:
         assert self.api is not None
@@ -442,9 +484,10 @@ class Controller:
 
 
 def _default_ray_client(session: aiohttp.ClientSession, config: ControllerConfig, api: Any) -> RayClient | None:
-    """The Ray client: each opted-in cluster's own head Service, with the token Secret the cluster
-    names (read through the API server, cached), or the shared ``--ray-token-file`` token; https heads
-    verified against ``--ray-ca-file``.  None (Ray demand off, logged once) when it cannot be loaded."""
+    """The Ray client: each polled cluster's own head, with the token Secret the cluster names (read
+    through the API server, cached), or, for clusters opted in to scaling, the shared ``--ray-token-file``
+    token; https heads verified against ``--ray-ca-file``.  None (Ray demand off, logged once) when it
+    cannot be loaded."""
     try:
         from autoscaler.signals.ray_demand import RayDashboardClient
     except ImportError as e:

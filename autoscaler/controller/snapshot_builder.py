@@ -141,6 +141,7 @@ def _ray_signal(rc: RayClusterState, obs: RayObservation | None, local_queues: M
     return dataclasses.replace(
         rc,
         demand=demand,
+        demand_partial=bool(getattr(status, "demand_partial", False)),
         demand_signal=(SignalStatus(f"ray/{rc.namespace}/{rc.name}", obs.observed_at if obs else None, ray_stale)
                        if obs is not None or polled else None),
         cluster_queue=_resolve_cq(local_queues, rc.namespace, rc.labels.get(QUEUE_NAME_LABEL)),
@@ -324,8 +325,9 @@ class SnapshotBuilder:
                 with_workers = old[1]
             else:
                 with_workers = _ray_workers(v, by_group, util_by_pod, status)
-            signalled = (with_workers, getattr(status, "demand", None), obs.observed_at if obs else None, cq,
-                         config.ray_stale_seconds, obs is not None or v.dashboard is not None)
+            signalled = (with_workers, getattr(status, "demand", None), bool(getattr(status, "demand_partial", False)),
+                         obs.observed_at if obs else None, cq, config.ray_stale_seconds,
+                         obs is not None or v.dashboard is not None)
             if old is not None and old[2] == signalled:
                 out_rc = old[3]
                 reused += 1

@@ -359,6 +359,9 @@ class RayClusterState:
     groups: tuple[WorkerGroupState, ...] = ()
     demand: tuple[RayDemand, ...] = ()
     demand_signal: SignalStatus | None = None  # freshness of the Ray demand for this cluster
+    # Ray's last answer missed part of the pending work (a state-API list failed or was cut short):
+    # ``demand`` is a lower bound, so "nothing waits" cannot be concluded from it
+    demand_partial: bool = False
     cluster_queue: str | None = None  # via the queue-name label's LocalQueue
     created_at: float | None = None
     # the queuepilot.io/ policy annotations, parsed once where the object is parsed (from

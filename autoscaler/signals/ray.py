@@ -1,18 +1,21 @@
-"""Ray demand for the opted-in RayClusters: poll each head's dashboard concurrently, bounded, with ages.
+"""Ray demand and node state of RayClusters: poll each head's dashboard concurrently, bounded, with ages.
 
 Which heads, and with what credentials:
 
-- only clusters that opted in (``queuepilot.io/autoscale: "true"``) are polled; every other one
-  gets no request at all (its target is None);
+- clusters that opted in (``queuepilot.io/autoscale: "true"``) are polled; so is, while the stall
+  detector needs Ray's view of its workload, a cluster that did not (its target is ``evidence_only``;
+  ``autoscaler.controller.loop.Controller.ray_targets`` decides); every other one gets no request
+  at all (its target is None);
 - the address is the cluster's own head Service in the cluster's own namespace
   (``<head service>.<namespace>.svc``), never one read from the RayCluster's status;
 - the bearer token is the one in the Secret the cluster names (``queuepilot.io/ray-token-secret``,
   key ``token``, in the cluster's namespace), so a head only ever receives its own namespace's
-  token.  A cluster that names no Secret gets no token, unless the controller was started with a
-  shared token (``--ray-token-file``), which is meant for single-tenant clusters only: the two never
-  mix, so with a shared token a cluster that names a token Secret is refused (``credentials``: its
-  Secret is not read, the shared token not sent), because it shows the cluster has tenants with
-  their own tokens, who must not be sent one shared by all;
+  token.  A cluster that names no Secret gets no token, unless it opted in and the controller was
+  started with a shared token (``--ray-token-file``), which is meant for single-tenant clusters only:
+  an ``evidence_only`` target never gets it, and the two never mix, so with a shared token a cluster
+  that names a token Secret is refused (``credentials``: its Secret is not read, the shared token not
+  sent), because it shows the cluster has tenants with their own tokens, who must not be sent one
+  shared by all;
 - ``queuepilot.io/ray-dashboard-scheme: https`` polls over TLS, verified against the configured
   CA file (or the system's CAs); verification is never turned off.
 
@@ -66,7 +69,7 @@ class RayObservation:
 
 
 class DashboardTarget(Protocol):
-    """One opted-in cluster's head (``autoscaler.cluster.views.RayDashboardTarget`` is one)."""
+    """One cluster's head (``autoscaler.cluster.views.RayDashboardTarget`` is one)."""
 
     @property
     def namespace(self) -> str: ...
@@ -80,18 +83,22 @@ class DashboardTarget(Protocol):
     @property
     def base_url(self) -> str: ...
 
+    @property
+    def evidence_only(self) -> bool: ...
+
 
 class RayClient(Protocol):
     async def fetch_status(self, target: DashboardTarget, now: float) -> Any: ...
 
 
 class RayHeadClient:
-    """Reads one opted-in cluster's head with that cluster's own credentials (see the module doc).
+    """Reads one cluster's head with that cluster's own credentials (see the module doc).
 
     ``dashboard``: the shared dashboard client (its own token, if any, is never used: each request
     gets the target's).  ``read_secret``: how a named token Secret is read
     (``autoscaler.cluster.secrets.SecretTokens.token``); None: clusters that name a Secret are not
-    polled.  ``shared_token``: single-tenant mode, sent to opted-in clusters that name no Secret.
+    polled.  ``shared_token``: single-tenant mode, sent to opted-in clusters that name no Secret
+    (never to an ``evidence_only`` target).
     ``ca_file``: PEM bundle that signs the heads' dashboard certificates (None: the system CAs).
     ``forget_secrets(keep)``: drops cached Secrets not in ``keep`` (``SecretTokens.forget``), called by
     :meth:`prune` with the Secrets the current targets name.
@@ -128,7 +135,8 @@ class RayHeadClient:
     async def _token(self, target: DashboardTarget) -> str | None:
         secret = target.token_secret
         if not secret:
-            return self._shared_token
+            # the shared token is for clusters someone opted in to scaling, not for every RayJob's head
+            return None if target.evidence_only else self._shared_token
         if self._shared_token is not None:
             raise RaySignalError("credentials", f"Secret {target.namespace}/{secret}: per-namespace token Secrets are "
                                                 "refused while a shared --ray-token-file is set (single-tenant mode)")
@@ -219,7 +227,8 @@ class RaySignals:
             del self._running[key]
 
     async def poll(self, targets: Mapping[str, DashboardTarget | None], now: float) -> None:
-        """``targets``: RayCluster key "ns/name" -> its dashboard target (None: not opted in, never asked).
+        """``targets``: RayCluster key "ns/name" -> its dashboard target (None: never asked); within a
+        namespace the clusters opted in to scaling are asked before those polled for evidence only.
 
         Starts every due head that is not still being read and waits for them at most one deadline
         (``timeout``); heads still running then go on in the background (their answers are kept when
@@ -236,7 +245,7 @@ class RaySignals:
         if gone:
             await cancel_tasks(gone)
         by_ns: dict[str, list[str]] = {}
-        for key in sorted(wanted):
+        for key in sorted(wanted, key=lambda k: (bool(getattr(targets[k], "evidence_only", False)), k)):
             if key in self._running or now < self._retry_at.get(key, float("-inf")):
                 continue
             by_ns.setdefault(self._namespace(key, targets[key]), []).append(key)

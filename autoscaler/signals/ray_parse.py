@@ -154,6 +154,9 @@ class RayNodeInfo:
     running_tasks: int | None = None
 
 
+DEMAND_PARTS = frozenset({"tasks", "actors", "placement_groups"})  # the state API's lists of pending work
+
+
 @dataclass(frozen=True, slots=True)
 class RayPartError:
     """One part of the answer that could not be had. ``kind`` is bounded (metric label)."""
@@ -179,6 +182,13 @@ class RayStatus:
     @property
     def partial(self) -> bool:
         return bool(self.errors)
+
+    @property
+    def demand_partial(self) -> bool:
+        """Whether ``demand`` may miss pending work: it came from the state API and one of its lists
+        (tasks, actors, placement groups) failed, was cut short or came with a partial-failure warning.
+        (The v1 report and the ``format=1`` text each give the whole demand at once.)"""
+        return self.source == "state_api" and any(e.part in DEMAND_PARTS for e in self.errors)
 
     def pending_gpus(self, resource: str = "GPU") -> float:
         return sum(d.shape.get(resource, 0.0) * d.count for d in self.demand)

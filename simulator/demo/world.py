@@ -42,7 +42,6 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from autoscaler.controller.context import Published
-from autoscaler.core.policy.packing import amount_text
 from autoscaler.core.policy.stall import StallConfig
 from exporter.health import HealthConfig
 from exporter.sources.sim import SimSource
@@ -155,12 +154,10 @@ def classify(line: str) -> tuple[str, str, str, str]:
 
 def _tidy(msg: str) -> str:
     """Controller messages, shorter for a terminal: no flavor repeated, no pod-set name, no raw seconds, no
-    workload named twice, no wall-clock date (the story stamps the simulated time), bytes in binary units."""
+    workload named twice, no wall-clock date (the story stamps the simulated time)."""
     msg = msg.replace(" on flavor a100", "").replace(" (workers)", "").replace("a100: ", "")
     msg = re.sub(r"^workload \S+ \([^)]*\) in ClusterQueue \S+: ", "", msg)
     msg = re.sub(r", since \d{4}-\d\d-\d\dT[\d:]+Z", "", msg)
-    msg = re.sub(r"\b(memory|object_store_memory): (\d+(?:\.\d+)?(?:e[+-]?\d+)?)\b",
-                 lambda m: f"{m[1]}: {amount_text(m[1], float(m[2]))}", msg)
     msg = re.sub(r"retry in (\d+)s", lambda m: f"retry in {_duration(float(m[1]))}", msg)
     msg = re.sub(r"scale (?:down|up) \d+ -> \d+: ", "", msg)
     msg = re.sub(r"GPU gr_engine_active under", "GPU under", msg)

@@ -201,6 +201,25 @@ def test_malformed_dashboard_settings_are_refused(annotations, spec_change, matc
         raw["spec"]["headGroupSpec"] |= spec_change
     with pytest.raises(views.MalformedObject, match=match):
         views.ray_cluster_view(raw)
+    # a cluster that did not opt in (a RayJob's): the view stays, without a head to ask, saying why
+    del raw["metadata"]["annotations"]["queuepilot.io/autoscale"]
+    v = views.ray_cluster_view(raw)
+    assert v.head is None and v.dashboard is None and match in v.head_error
+
+
+def test_a_cluster_that_did_not_opt_in_has_an_evidence_only_head():
+    """A RayJob's RayCluster (KubeRay's origin labels, the RayJob's annotations copied): the same head
+    rules as an opted-in cluster, marked ``evidence_only`` (asked only for the stall detector)."""
+    raw = o.ray_cluster("train-raycluster-x7k2p", head_ip="10.6.6.6", dashboard_port=8443,
+                        labels={"ray.io/originated-from-cr-name": "train", "ray.io/originated-from-crd": "RayJob"},
+                        annotations={"queuepilot.io/ray-token-secret": "ray-token"})
+    v = views.ray_cluster_view(raw)
+    assert v.dashboard is None and not v.state.opted_in and v.head_error == ""
+    t = v.head
+    assert t is not None and t is v.evidence_head and t.evidence_only
+    assert (t.base_url, t.token_secret) == ("http://train-raycluster-x7k2p-head-svc.team-a.svc:8443", "ray-token")
+    opted = views.ray_cluster_view(o.ray_cluster("rc", annotations={"queuepilot.io/autoscale": "true"}))
+    assert opted.head is opted.dashboard and opted.head is not None and not opted.head.evidence_only
 
 
 def test_pod_view():

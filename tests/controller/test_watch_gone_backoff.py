@@ -10,7 +10,7 @@ from autoscaler.cluster.cache import RelistBackoff, WatchCache
 from autoscaler.cluster.client import make_api_client
 from autoscaler.cluster.resources import NODES
 from autoscaler.cluster.views import node_view
-from tests.controller import objects as o
+from tests.support import objects as o
 
 
 class Reported:

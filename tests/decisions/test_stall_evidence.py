@@ -9,7 +9,13 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.core import reasons as R
-from autoscaler.core.policy.stall import StallConfig, StallTrack, decide_stalls, stall_config
+from autoscaler.core.policy.stall import (
+    StallConfig,
+    StallTrack,
+    decide_stalls,
+    ray_clusters_to_watch,
+    stall_config,
+)
 from autoscaler.core.snapshot import GpuState, NodeState, PodKey, RayDemand, RayJobState, frozen_map
 from tests.decisions.builders import NOW, group, ray_cluster, snapshot, worker, workload
 
@@ -19,24 +25,30 @@ JOB = "job1"
 KEY = f"team-a/rayjob-{JOB}"
 
 
-def _node(pods: list[str]) -> NodeState:
-    gs = tuple(GpuState(uuid=f"g{i}", node="n0", index=i, utilization=0.0, utilization_source="gpu_util",
-                        pod=PodKey("team-a", p)) for i, p in enumerate(pods))
+def _node(pods: list[str], util: float | None = 0.0) -> NodeState:
+    gs = tuple(GpuState(uuid=f"g{i}", node="n0", index=i, utilization=util if i == 0 else 0.0,
+                        utilization_source="gpu_util", pod=PodKey("team-a", p)) for i, p in enumerate(pods))
     return NodeState(name="n0", gpu_allocatable=len(gs), gpu_requested=len(gs), gpus=gs)
 
 
 def _rayjob_world(*, running: int | None = 0, busy: bool | None = True, pending: int = 0, infeasible: int = 0,
                   ray_age: float | None = 5.0, job_status: str = "RUNNING", kind: str = "RayJob",
-                  owner_kind: str = "RayJob"):
-    """A RayJob's workload on its RayCluster (two workers, every GPU idle), and what Ray says of it."""
+                  owner_kind: str = "RayJob", demand_partial: bool = False, gpu_util: float | None = 0.0,
+                  ns: str = "team-a", cq: str = "cq-a"):
+    """A RayJob's workload on its RayCluster (two workers, every GPU idle unless ``gpu_util`` says what the
+    first one does), and what Ray says of it."""
     workers = [worker(f"{JOB}-rc-w{i}", util=0.0, busy=busy, running=running) for i in range(2)]
     demand = [RayDemand("task", frozen_map({"GPU": 1.0}), count=pending)] if pending else []
     demand += [RayDemand("task", frozen_map({"TPU": 1.0}), count=infeasible, infeasible=True)] if infeasible else []
-    rc = ray_cluster([group(workers=workers)], name=f"{JOB}-rc", opted_in=False, demand=demand, ray_age=ray_age,
-                     labels={"ray.io/originated-from-cr-name": JOB, "ray.io/originated-from-crd": kind})
-    wl = workload(f"rayjob-{JOB}", admitted=True, owner_kind=owner_kind, owner_name=JOB)
-    snap = snapshot([_node([w.pod for w in workers])], [wl], ray=[rc])
-    return replace(snap, ray_jobs=frozen_map({f"team-a/{JOB}": RayJobState("team-a", JOB, job_status=job_status)}))
+    rc = ray_cluster([group(workers=workers)], name=f"{JOB}-rc", ns=ns, opted_in=False, demand=demand,
+                     ray_age=ray_age, labels={"ray.io/originated-from-cr-name": JOB, "ray.io/originated-from-crd": kind})
+    rc = replace(rc, demand_partial=demand_partial)
+    wl = workload(f"rayjob-{JOB}", ns=ns, cq=cq, admitted=True, owner_kind=owner_kind, owner_name=JOB)
+    node = _node([w.pod for w in workers], gpu_util)
+    if ns != "team-a":
+        node = replace(node, gpus=tuple(replace(g, pod=PodKey(ns, g.pod.name)) for g in node.gpus if g.pod))
+    snap = snapshot([node], [wl], ray=[rc])
+    return replace(snap, ray_jobs=frozen_map({f"{ns}/{JOB}": RayJobState(ns, JOB, job_status=job_status)}))
 
 
 def _due(snap, config=OPT_IN, quiet_for: float | None = None):
@@ -94,6 +106,15 @@ def test_without_a_fresh_ray_verdict_a_ray_workload_is_held_unless_configured(wo
     assert _due(_rayjob_world(**world), lax).deactivate
 
 
+def test_a_partial_answer_is_no_verdict_of_quiet():
+    """A state-API list of pending work that failed or was cut short: nothing may be said to wait."""
+    s = _due(_rayjob_world(demand_partial=True), quiet_for=10 * D)
+    assert (s.deactivate, s.evidence_kind) == (False, "unknown") and "misses part of its pending work" in s.message
+    # what the partial answer does show still counts: work is work
+    s = _due(_rayjob_world(demand_partial=True, running=1), quiet_for=10 * D)
+    assert s.evidence_kind == "active"
+
+
 def test_serving_is_never_deactivated_by_default():
     for world in ({"kind": "RayService", "owner_kind": "RayService"},):
         s = _due(_rayjob_world(**world), quiet_for=10 * D)
@@ -120,3 +141,49 @@ def test_the_config_section_takes_the_ray_keys():
     assert (c.ray_quiet_seconds, c.deactivate_serving, c.without_ray_signal) == (2700.0, True, "deactivate")
     with pytest.raises(ValueError, match="without_ray_signal"):
         stall_config({"stall": {"without_ray_signal": "maybe"}})
+
+
+# ------------------------------------------------------------------- which heads the controller asks
+RC = f"team-a/{JOB}-rc"
+
+
+def test_the_cluster_of_an_idle_opted_in_ray_workload_is_watched():
+    assert ray_clusters_to_watch(_rayjob_world(), OPT_IN) == {RC}
+    by_namespace = StallConfig(deactivate_namespaces=("team-b",))
+    assert ray_clusters_to_watch(_rayjob_world(ns="team-b", cq="cq-x"), by_namespace) == {f"team-b/{JOB}-rc"}
+    # a RayCluster the workload owns (a Kueue-managed RayCluster that did not opt in to scaling) too
+    rc = ray_cluster([group(workers=[worker(f"{JOB}-rc-w0", util=0.0)])], name=f"{JOB}-rc", opted_in=False)
+    wl = workload("raycluster-x", admitted=True, owner_kind="RayCluster", owner_name=f"{JOB}-rc")
+    assert ray_clusters_to_watch(snapshot([_node([f"{JOB}-rc-w0"])], [wl], ray=[rc]), OPT_IN) == {RC}
+
+
+@pytest.mark.parametrize(("world", "config"), [
+    ({}, StallConfig()),  # nothing opted in to deactivation: Ray's view would change no decision
+    ({"cq": "cq-b"}, OPT_IN),  # another ClusterQueue
+    ({}, replace(OPT_IN, enabled=False)),
+    ({"gpu_util": 0.5}, OPT_IN),  # a GPU at work: not stalled
+    ({"gpu_util": None}, OPT_IN),  # a GPU whose use is unknown: not stalled
+    ({"job_status": "SUCCEEDED"}, OPT_IN),  # the Ray job ended: decided without Ray's view
+    ({"kind": "RayService", "owner_kind": "RayService"}, OPT_IN),  # serving: decided without it
+    ({"kind": "RayService", "owner_kind": "RayService"}, replace(OPT_IN, deactivate_serving=True)),
+])
+def test_no_head_is_asked_where_ray_cannot_change_the_decision(world, config):
+    assert ray_clusters_to_watch(_rayjob_world(**world), config) == frozenset()
+
+
+def test_no_head_is_asked_on_a_stale_gpu_signal():
+    snap = _rayjob_world()
+    stale = replace(snap, signals=snapshot(gpu_age=600.0).signals)
+    assert ray_clusters_to_watch(snap, OPT_IN) == {RC} and ray_clusters_to_watch(stale, OPT_IN) == frozenset()
+
+
+def test_a_cluster_in_another_namespace_cannot_speak_for_a_workload():
+    """Origin labels are the tenant's to write: a RayCluster in team-b labelled as made by team-a's RayJob
+    is neither that workload's cluster nor watched for it (only the workload's own namespace counts)."""
+    snap = _rayjob_world()
+    (rc,) = snap.ray_clusters.values()
+    foreign = replace(rc, namespace="team-b", demand_signal=replace(rc.demand_signal, name=f"ray/team-b/{rc.name}"))
+    snap = replace(snap, ray_clusters=frozen_map({foreign.key: foreign}))
+    assert ray_clusters_to_watch(snap, replace(OPT_IN, deactivate_namespaces=("team-b",))) == frozenset()
+    s = _due(snap)
+    assert s.evidence_kind == "unknown" and "RayCluster is not known" in s.message

@@ -295,5 +295,5 @@ def test_decision_lines_are_classified():
     assert (kind, who, reason) == (STALLED, "team-a/rayjob-41", "StalledWorkload")
     assert text == "all 4 GPUs under 5% GPU gr_engine_active (highest 0%) for 30 min (stall window 30m)"
     up = classify("t/rc/g up 2->6 PendingDemand: scale up 2 -> 6: 6 pending Ray bundle(s) (6 GPUs) need 6 worker(s) of "
-                  "{CPU: 8, GPU: 1, memory: 6.87195e+10}; 0 starting")
+                  "{CPU: 8, GPU: 1, memory: 64 GiB}; 0 starting")
     assert up[0] == SCALE_UP and "{CPU: 8, GPU: 1, memory: 64 GiB}" in up[3]

@@ -141,6 +141,56 @@ async def test_a_secret_that_cannot_be_read_means_no_request_at_all(
     assert tokens.reads == 2  # failures are remembered for a while (60 s), not re-read every poll
 
 
+async def test_a_rayjobs_head_gets_its_own_namespace_token_and_never_the_shared_one(
+    fake_api, kube_client, heads, resolver: ServiceResolver, session
+):
+    """A RayJob's RayCluster did not opt in to scaling; the controller asks its head only for the stall
+    detector (an ``evidence_only`` target).  It gets the token of the Secret it names (the RayJob's
+    annotation, copied by KubeRay) in its own namespace, and no token otherwise: the single-tenant shared
+    token is for clusters someone opted in.  The address in its status is never used."""
+    namespaces(fake_api, "team-a", "team-b")
+    fake_api.create(secret("ray-token", "team-a", "token-of-team-a"))
+    fake_api.create(secret("ray-token", "team-b", "token-of-team-b"))  # named by nobody in team-b
+    trap = await heads()
+    head_a, head_b, head_c = await heads(), await heads(), await heads()
+    resolver.add("job-a-raycluster-1-head-svc.team-a.svc", head_a.port)
+    resolver.add("job-b-raycluster-1-head-svc.team-b.svc", head_b.port)
+    resolver.add("rc-c-head-svc.team-b.svc", head_c.port)
+    for name, ns, ann in (("job-a-raycluster-1", "team-a", {RAY_TOKEN_SECRET: "ray-token"}),
+                                  ("job-b-raycluster-1", "team-b", {}),
+                                  ("rc-c", "team-b", OPT_IN)):
+        rc = tenant_cluster(name, ns, trap, ann)
+        if name.startswith("job-"):
+            rc["metadata"]["labels"] = {"ray.io/originated-from-cr-name": name.split("-raycluster")[0],
+                                        "ray.io/originated-from-crd": "RayJob"}
+        fake_api.create(rc)
+
+    reporter = RecordingReporter()
+    cache: WatchCache[Any] = WatchCache(kube_client, RAY_CLUSTERS, ray_cluster_view, reporter)
+    await cache.relist()
+    targets = {k: v.head for k, v in cache.items.items()}
+    assert {k: t.evidence_only for k, t in targets.items()} == {
+        "team-a/job-a-raycluster-1": True, "team-b/job-b-raycluster-1": True, "team-b/rc-c": False}
+    errors: list[str] = []
+    client = RayHeadClient(RayDashboardClient(session), read_secret=SecretTokens(kube_client).token)
+    await RaySignals(client, errors.append).poll(targets, now=1796019999.0)
+    assert trap.hits == [] and errors == []
+    assert head_a.hits and head_a.authorizations == {"Bearer token-of-team-a"}
+    assert head_b.hits and head_b.authorizations == {None}  # names no Secret: no token at all
+    # single-tenant mode (a shared token): an evidence-only head that names no Secret still gets no token,
+    # the opted-in one gets the shared token, and one that names a Secret is refused (the two never mix)
+    for head in (head_a, head_b, head_c):
+        head.hits.clear()
+        head.authorizations.clear()
+    shared = RayHeadClient(RayDashboardClient(session), read_secret=SecretTokens(kube_client).token,
+                           shared_token="shared")
+    await RaySignals(shared, errors.append).poll(targets, now=1796020099.0)
+    assert trap.hits == [] and errors == ["credentials"]
+    assert not head_a.hits
+    assert head_b.hits and head_b.authorizations == {None}
+    assert head_c.authorizations == {"Bearer shared"}  # opted in, names no Secret: the shared token
+
+
 @pytest.mark.parametrize("value", ["team-b/ray-token", "../ray-token", "Ray_Token", "x" * 254])
 def test_a_secret_name_cannot_leave_the_namespace(value):
     from autoscaler.cluster.views import MalformedObject

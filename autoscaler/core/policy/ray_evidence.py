@@ -14,8 +14,9 @@ tested:
   how a serving replica waits; a scale-down matter, never deactivated unless ``stall.deactivate_serving``;
 - ``finished``: the RayJob's Ray job ended (``SUCCEEDED``, ``FAILED``, ``STOPPED``) while its pods still
   hold GPUs: nothing will use them;
-- ``unknown``: a Ray workload whose Ray signal is missing or stale, or whose busy workers do not say
-  what runs on them: no verdict, so no deactivation;
+- ``unknown``: a Ray workload whose Ray signal is missing or stale, whose busy workers do not say
+  what runs on them, or whose pending work Ray's last answer gave only in part
+  (``RayClusterState.demand_partial``): no verdict, so no deactivation;
 - ``active``: tasks or actor methods run, or tasks wait to be scheduled: paused, not stalled;
 - ``quiet``: nothing runs and nothing waits on any worker: abandoned, or hung outside Ray's view;
 - ``none``: no RayCluster belongs to the workload: the GPU rule alone.
@@ -94,6 +95,8 @@ def ray_evidence(wl: WorkloadState, cluster: RayClusterState | None, rayjob: Ray
                                   "paused (checkpoint, evaluation, data or a dependency), not hung")
     if untold:
         return Evidence("unknown", f"Ray does not say what runs on {untold} busy worker(s) of {where}")
+    if cluster.demand_partial:  # a list of pending work failed or was cut short: "nothing waits" is not known
+        return Evidence("unknown", f"Ray's answer for {where} misses part of its pending work")
     text = f"Ray reports no task running or waiting on {where}"
     if blocked:
         text += f" ({blocked} infeasible: they can never be scheduled)"

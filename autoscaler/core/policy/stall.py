@@ -34,6 +34,11 @@ waited for ``ray_quiet_seconds``, goes; a serving workload (RayService) never go
 (``without_ray_signal: hold``) or judged by its GPUs alone (``deactivate``); a workload that runs on no
 RayCluster is judged by its GPUs alone.  A held deactivation is reported once per reason
 (``StalledWorkload.held``); every report names the evidence that decided.
+
+``ray_clusters_to_watch(snapshot, config)`` names the RayClusters whose Ray view such a deactivation
+could weigh (the controller polls their heads, ``autoscaler.controller.loop.Controller.ray_targets``):
+those of workloads opted in to deactivation whose every GPU is idle, unless what decides does not
+depend on Ray's view (a serving workload, a RayJob whose Ray job ended).
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ from autoscaler.core.policy.config import brief_repr, parse_bool, parse_duration
 from autoscaler.core.policy.ray_evidence import (
     RAY_ORIGIN_KIND_LABEL,
     RAY_ORIGIN_NAME_LABEL,
+    SERVING_KIND,
     Evidence,
+    clusters_by_workload,
     evidence_of,
 )
 from autoscaler.core.snapshot import ClusterSnapshot, GpuState, NodeState, WorkloadState, frozen_map
@@ -61,6 +68,7 @@ __all__ = [
     "StallTrack",
     "StalledWorkload",
     "decide_stalls",
+    "ray_clusters_to_watch",
     "stall_config",
     "workload_gpus",
 ]
@@ -401,6 +409,37 @@ def decide_stalls(
             message=msg[:1024], deactivate_at=deactivate_at, evidence=ev.text, evidence_kind=ev.kind,
             held=why_not, held_new=bool(why_not) and (old is None or old.held != held_kind)))
     return StallResult(tuple(stalled), frozen_map(tracks))
+
+
+def ray_clusters_to_watch(snapshot: ClusterSnapshot, config: StallConfig) -> frozenset[str]:
+    """The RayClusters ("ns/name") whose Ray view a deactivation decided on ``snapshot`` could weigh:
+    the cluster of each workload opted in to deactivation (``config.deactivates``) whose every GPU is
+    idle (its stall timer runs), unless what Ray would say cannot change the decision (a serving
+    workload; a RayJob whose Ray job ended).  Empty while the detector is off, nothing is opted in,
+    or the GPU signal is stale (no stall is judged then)."""
+    if not config.enabled or not (config.deactivate_cluster_queues or config.deactivate_namespaces):
+        return frozenset()
+    if snapshot.gpu_signal_stale():
+        return frozenset()
+    candidates = [w for w in snapshot.workloads.values() if _candidate(w)]
+    clusters = clusters_by_workload(snapshot, (w for w in candidates if config.deactivates(w)))
+    if not clusters:
+        return frozenset()
+    gpus_of = workload_gpus(snapshot, candidates)  # attributed as decide_stalls attributes them
+    by_key = {w.key: w for w in candidates}
+    out: set[str] = set()
+    for key, rc in clusters.items():
+        gpus = gpus_of.get(key)
+        if not gpus or _count_busy(gpus, config.gpu_utilization):
+            continue
+        wl = by_key[key]
+        if wl.owner_kind == SERVING_KIND or rc.labels.get(RAY_ORIGIN_KIND_LABEL) == SERVING_KIND:
+            continue
+        job = snapshot.ray_jobs.get(f"{wl.namespace}/{wl.owner_name}") if wl.owner_kind == "RayJob" else None
+        if job is not None and job.finished:
+            continue
+        out.add(rc.key)
+    return frozenset(out)
 
 
 def _held_by(ev: Evidence, quiet_since: float | None, config: StallConfig, now: float) -> str:
