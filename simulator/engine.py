@@ -664,6 +664,7 @@ class Engine:
         self.unplaced.remove(w)
         self.metrics.pods_ready_evictions += 1
         w.pods_ready_requeues += 1
+        w.admission_lost_at = self.now
         backoff = min(self.cfg.requeue_max_s, self.cfg.requeue_base_s * 2 ** (w.pods_ready_requeues - 1))
         self.kueue.requeue(w, self.now, backoff)
         self.request_pass(w.backoff_until)

@@ -53,6 +53,7 @@ class SimWorkload:
     unplaceable_since: float | None = None
     retries: int = 0
     pods_ready_requeues: int = 0  # evictions by waitForPodsReady (Kueue's requeueState.count)
+    admission_lost_at: float | None = None  # when an admitted workload was last evicted (Admitted False)
     attempt: int = 0  # 0: as first submitted; n: its owner's n-th resubmission after a deactivation
     version: int = 0
     # derived from the job once (a month builds millions of snapshots and queue scans)

@@ -172,7 +172,7 @@ class SimSnapshotBuilder:
             pod_sets=(PodSetSpec(POD_SET, w.job.pods, frozen_map({GPU_RESOURCE: w.job.gpus_per_pod})),),
             quota_reserved=reserved, quota_reserved_at=w.reserved_at if reserved else None,
             admitted=w.state in (ADMITTED, RUNNING), admitted_at=w.admitted_at,
-            requeued_at=w.requeued_at,
+            requeued_at=w.requeued_at, admission_lost_at=w.admission_lost_at,
             flavors=frozen_map({POD_SET: frozen_map({GPU_RESOURCE: w.flavor})}) if w.flavor else frozen_map(),
             admitted_counts=frozen_map({POD_SET: w.job.pods}) if reserved else frozen_map(),
             # owned by its RayJob, by the name its pods carry (``<rayjob>-<i>``), so the stall

@@ -55,3 +55,19 @@ def test_index_agrees_with_a_direct_scan(entries, own_cq, own_ns, threshold) -> 
         assert (int(m.group(1)), int(m.group(2))) == (count, gpus)
     # without the shared index (computed on the spot) the answer is the same
     assert queue_pressure(snap, cluster, threshold, NOW) == text
+
+
+def test_a_workload_presses_for_its_owners_wait_not_since_its_last_requeue() -> None:
+    """A workload the admission check keeps Retrying is requeued by Kueue every few minutes; what
+    counts is how long its owner has waited (since creation), so it presses harder as it starves.
+    One admitted and then evicted has waited since that eviction."""
+    from dataclasses import replace
+
+    retried = replace(b.workload("retried", (("main", 1, 8),), ns="team-b", cq="cq-b", quota_reserved=False,
+                                 created=NOW - 3600), requeued_at=NOW - 60)
+    evicted = replace(b.workload("evicted", (("main", 1, 4),), ns="team-c", cq="cq-c", quota_reserved=False,
+                                 created=NOW - 3600), admission_lost_at=NOW - 60)
+    snap = b.snapshot(workloads=[retried, evicted])
+    cluster = b.ray_cluster([b.group()], ns="team-a", cq="cq-a")
+    assert queue_pressure(snap, cluster, 300.0, NOW).startswith("1 workload(s) of other queues wait for 8 GPUs")
+    assert queue_pressure(snap, cluster, 30.0, NOW).startswith("2 workload(s) of other queues wait for 12 GPUs")

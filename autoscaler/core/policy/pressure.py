@@ -3,7 +3,10 @@ one RayCluster (the workloads of other ClusterQueues, or other namespaces, waiti
 
 ``pending_gpu_workloads(snapshot, now)`` is computed once per pass; ``queue_pressure`` answers for any
 cluster from its ``WaitingIndex`` in O(log n).  Pure: the scaling policy's step 3 reads it (a
-pressured cluster's empty workers go after the shorter idle window, and its floor is dropped).
+pressured cluster's empty workers go after the shorter idle window, and its floor is dropped).  A
+workload's wait is the one its owner sees (``WorkloadState.pending_since``: from its creation, or from
+the eviction that took an admission away), so a workload the admission check keeps Retrying, which
+Kueue requeues every few minutes, presses harder the longer it starves.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ class WaitingIndex(Sequence[Waiting]):
 def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float) -> WaitingIndex:
     """(wait, workload) of every pending GPU workload without quota, longest wait first, with its
     pressure index; computed once per pass (``ScalingContext``)."""
-    out = [(now - wl.queued_since, wl) for wl in waiting_candidates(snapshot.workloads)]
+    out = [(now - wl.pending_since, wl) for wl in waiting_candidates(snapshot.workloads)]
     out.sort(key=lambda x: (-x[0], x[1].key))
     return WaitingIndex.of(out)
 
