@@ -503,7 +503,7 @@ def _contributions(present: Sequence[tuple[str, str]], rows: Mapping[str, Sequen
 
 
 # ------------------------------------------------------------------------------------ held out
-def held_out_section(runs: Sequence[Run], meta: Mapping[str, Any]) -> list[str]:
+def held_out_section(runs: Sequence[Run]) -> list[str]:
     """The targets on each held-out week, per model: one table (targets x weeks) of the stated
     configuration's verdict and worst value; then where they hold on every week and where not."""
     weeks = sorted({r["start"] for r in runs})
@@ -831,7 +831,7 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
         *decomposition_section(main),
         "## Held-out weeks",
         "",
-        *held_out_section(held, meta),
+        *held_out_section(held),
         "",
         "## Each configuration against ray-idle",
         "",

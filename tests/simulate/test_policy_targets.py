@@ -227,11 +227,11 @@ def test_the_held_out_section_tabulates_every_week_and_lists_where_a_target_fail
     late = qp_meeting_all() | {"killed_gpu_hours": 600.0}
     rs = [dict(r, start="2017-11-02", hours=168.0) for r in runs(qp_meeting_all())]
     rs += [dict(r, start="2017-11-30", hours=168.0) for r in runs(late)]
-    text = "\n".join(page.held_out_section(rs, {}))
+    text = "\n".join(page.held_out_section(rs))
     assert "| target | configuration | 2017-11-02 | 2017-11-30 |" in text
     assert "| stall_killed, resume 0.25 (<= 0.33x) | queuepilot-reclaim+stall | met 0.33x | **NOT MET** 0.60x |" in text
     assert "| gang_wait (<= 0.8x) | queuepilot-reclaim+stall | met 0.80x | met 0.80x |" in text
     assert ("- stall_killed under `grounded` at resume 0.25 on 2017-11-30 (queuepilot-reclaim+stall: 0.60x; killed "
             "600.0 GPU-h against the reaper's 1,000.0;") in text
     assert "**Met on every held-out week and model where judged**: unplaceable, gang_wait," in text
-    assert "No held-out week on this page" in page.held_out_section([], {})[0]
+    assert "No held-out week on this page" in page.held_out_section([])[0]
