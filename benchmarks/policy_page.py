@@ -154,6 +154,12 @@ def limit_text(t: Target) -> str:
     return f"{t.limit:g}"
 
 
+def _x(v: float | None, spec: str) -> str:
+    """A ratio with its "x" (none on inf, n/a)."""
+    out = fmt(v, spec)
+    return out if out in ("inf", "-inf", "n/a") else out + "x"
+
+
 def word(v: Verdict) -> str:
     return "not measured" if v.met is None else ("met" if v.met else "not met")
 
@@ -166,10 +172,12 @@ def vdetail(v: Verdict, t: Target) -> str:
     if t.unit == "of delivered":
         worst, mean = pct(v.worst, 2), pct(v.mean, 2)
     elif t.unit.startswith("x"):
-        worst, mean = fmt(v.worst, ".3f") + "x", fmt(v.mean, ".3f") + "x"
+        worst, mean = _x(v.worst, ".3f"), _x(v.mean, ".3f")
     else:
         worst, mean = fmt(v.worst, "g"), fmt(v.mean, ".1f")
-    return f"{v.runs_met}/{v.runs} runs; worst {worst}, mean {mean}"
+    infinite = any(x is not None and math.isinf(x) for x in (v.worst, v.mean))
+    note = f" ({t.inf_note})" if infinite and t.inf_note else ""
+    return f"{v.runs_met}/{v.runs} runs; worst {worst}, mean {mean}{note}"
 
 
 def short(v: Verdict | None, t: Target) -> str:
@@ -179,7 +187,7 @@ def short(v: Verdict | None, t: Target) -> str:
     if v.met is None:
         return "n/a"
     val = pct(v.worst, 2) if t.unit == "of delivered" else (
-        fmt(v.worst, ".2f") + "x" if t.unit.startswith("x") else fmt(v.worst, "g"))
+        _x(v.worst, ".2f") if t.unit.startswith("x") else fmt(v.worst, "g"))
     return f"met {val}" if v.met else f"**NOT MET** {val}"
 
 
@@ -190,6 +198,11 @@ def _pairs_of(runs: Sequence[Run], t: Target, scn: Scenario, config: str
     q = [p[0]["summary"] for p in pairs]
     ys = {y: [p[1][y]["summary"] for p in pairs] for y in (pairs[0][1] if pairs else {})}
     return q, ys
+
+
+def reclaimed_controllable(s: Mapping[str, Any], ray: Mapping[str, Any]) -> float | None:
+    a, b = get(ray, "idle_gpu_hours_controllable"), get(s, "idle_gpu_hours_controllable")
+    return None if a is None or b is None else a - b
 
 
 def idle_by_class(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -235,7 +248,10 @@ def numbers(t: Target, q: Sequence[Mapping[str, Any]], ys: Mapping[str, Sequence
     if k == "stall_reclaimed":
         rq = stats([reclaimed(a, b) for a, b in zip(q, ri, strict=False)])[0]
         rr = stats([reclaimed(a, b) for a, b in zip(rp, ri, strict=False)])[0]
-        return (f"{fmt(rq)} idle GPU-h reclaimed against ray-idle, the reaper {fmt(rr)}; stalled GPU-h left "
+        cq = stats([reclaimed_controllable(a, b) for a, b in zip(q, ri, strict=False)])[0]
+        cr = stats([reclaimed_controllable(a, b) for a, b in zip(rp, ri, strict=False)])[0]
+        return (f"{fmt(rq)} idle GPU-h reclaimed against ray-idle, the reaper {fmt(rr)} (of the controllable idle: "
+                f"{fmt(cq)} and {fmt(cr)}); stalled GPU-h left "
                 f"{fmt(mean_key(q, 'idle_gpu_hours_by_class.stalled'))} (the reaper: "
                 f"{fmt(mean_key(rp, 'idle_gpu_hours_by_class.stalled'))})")
     if k == "stall_delivered":
@@ -288,8 +304,7 @@ def scaler_alone_section(runs: Sequence[Run], verdicts: Sequence[Verdict]) -> li
                 waits.append(f"{cls} {quant} {rel(ratio(mean_key(q, f'wait_{quant}_s_by_class.{cls}'), mean_key(r, f'wait_{quant}_s_by_class.{cls}')))}")
         mine = [v for v in verdicts if v.scenario == scn and v.config == "queuepilot" and v.met is not None]
         met = [v.target for v in mine if v.met]
-        missed = [f"{v.target} ({fmt(v.worst, '.2f') if not target(v.target).unit == 'of delivered' else pct(v.worst, 2)})"
-                  for v in mine if not v.met]
+        missed = [f"{v.target} ({_value(v.worst, target(v.target))})" for v in mine if not v.met]
         adm = ""
         if kq:
             adm = (f"; against kueue-quota: {fmt(mean_key(q, 'unplaceable_admissions'), ',.1f')} unplaceable "
@@ -408,7 +423,7 @@ def why(runs: Sequence[Run], verdicts: Sequence[Verdict]) -> list[str]:
 
 
 def _value(v: float | None, t: Target) -> str:
-    return pct(v, 2) if t.unit == "of delivered" else (fmt(v, ".2f") + "x" if t.unit.startswith("x") else fmt(v, "g"))
+    return pct(v, 2) if t.unit == "of delivered" else (_x(v, ".2f") if t.unit.startswith("x") else fmt(v, "g"))
 
 
 # ------------------------------------------------------------------------------- decomposition

@@ -194,6 +194,7 @@ class Target:
     stall_only: bool = False  # judged only for the configurations with stall handling
     resumes: tuple[float, ...] | None = (DEFAULT_RESUME,)  # the resume shares it is judged at (None: every one)
     stated: tuple[str, ...] = STATED
+    inf_note: str = ""  # what an infinite value means (a yardstick with none of the quantity)
 
     def meets(self, v: float) -> bool:
         return v >= self.limit - TOLERANCE if self.higher_is_better else v <= self.limit + TOLERANCE
@@ -219,10 +220,13 @@ TARGETS: tuple[Target, ...] = (
     # stall handling against the reaper (ray-idle + the GPU-idle rule), at resume shares 0.25 and 0.5
     Target("stall_killed", "stall", "killed GPU-hours <= 0.33x the reaper's", 0.33,
            lambda q, y: ratio(get(q, "killed_gpu_hours"), get(y[REAPER], "killed_gpu_hours")), "x the reaper's",
-           yardsticks=(REAPER,), stall_only=True, resumes=STALL_RESUMES),
+           yardsticks=(REAPER,), stall_only=True, resumes=STALL_RESUMES,
+           inf_note="inf: the reaper killed nothing and this configuration some"),
     Target("stall_reclaimed", "stall", "idle GPU-hours reclaimed against ray-idle >= 0.9x the reaper's", 0.9,
            lambda q, y: share_of(reclaimed(q, y[BASELINE]), reclaimed(y[REAPER], y[BASELINE])), "x the reaper's",
-           yardsticks=(REAPER, BASELINE), higher_is_better=True, stall_only=True, resumes=STALL_RESUMES),
+           yardsticks=(REAPER, BASELINE), higher_is_better=True, stall_only=True, resumes=STALL_RESUMES,
+           inf_note="the reaper took back no idle against ray-idle (its kills' reruns can add idle): inf = this "
+                    "configuration took back at least as much, -inf = less"),
     Target("stall_delivered", "stall", "delivered GPU-hours >= the reaper's", 1.0,
            lambda q, y: ratio(delivered_gpu_hours(q), delivered_gpu_hours(y[REAPER])), "x the reaper's",
            yardsticks=(REAPER,), higher_is_better=True, stall_only=True, resumes=STALL_RESUMES),

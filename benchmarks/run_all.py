@@ -8,7 +8,7 @@ ran, each benchmark's exit status and seconds, and the wall time of the whole ru
   benchmarks, and the quick policy matrix (``policy.py --quick``: the Philly week under ``grounded``, seed 1,
   the runs the targets and the decomposition need) -> ``policy-quick.*``.
 - full (``--full``): the same, the idle-actor reclaim budget sweep, the whole policy matrix
-  (``policy.py``: the Philly month under every model, seeds 1-3, and the four held-out weeks) ->
+  (``policy.py``: the Philly month under every model, seed 1, and the four held-out weeks) ->
   ``policy.*``, the sensitivity of the stall targets over the held-out weeks (``sensitivity.py``) ->
   ``sensitivity.*``, and the stall deactivation delay sweeps (grounded, serving).  It takes what it takes
   (``policy.py --plan`` and ``sensitivity.py --plan`` estimate it); its pages say how long.

@@ -177,7 +177,10 @@ def weekly(runs: Sequence[Mapping[str, Any]], knob: str, value: float, model: st
 
 
 def _value_text(v: float | None, t: Target) -> str:
-    return pct(v, 2) if t.unit == "of delivered" else fmt(v, ".2f") + "x"
+    if t.unit == "of delivered":
+        return pct(v, 2)
+    out = fmt(v, ".2f")
+    return out if out in ("inf", "-inf", "n/a") else out + "x"
 
 
 def knob_section(runs: Sequence[Mapping[str, Any]], knob: str, values: Sequence[float], model: str,

@@ -12,6 +12,7 @@ from typing import Any
 from benchmarks import policy
 from benchmarks import policy_matrix as pm
 from benchmarks import policy_page as page
+from benchmarks.policy_targets import needed_labels
 from tests.simulate.policy_records import record, source
 
 
@@ -25,24 +26,22 @@ def _kinds(tasks) -> Counter:
 
 def test_the_whole_matrix_is_the_month_with_what_the_targets_need_and_the_held_out_weeks() -> None:
     full = _axes()
-    assert (full["hours"], full["seeds"], full["rates"], full["caps"]) == (720.0, [1, 2, 3], [0.01], [])
+    assert (full["hours"], full["seeds"], full["rates"], full["caps"]) == (720.0, [1], [0.01], [])
     assert full["held_out"] == ["2017-09-26", "2017-11-02", "2017-11-09", "2017-11-30"]
     tasks = policy.matrix(full)
     month = [t for t in tasks if t.start == "2017-10-03"]
     held = [t for t in tasks if t.start != "2017-10-03"]
     assert all(t.hours == 720.0 for t in month) and all(t.hours == 168.0 and t.seed == 1 for t in held)
-    # the target policies at every seed under every model; the other baselines at seed 1 only
-    for model in ("grounded", "scattered", "serving"):
-        for pol in ("queuepilot", "queuepilot-reclaim", "ray-idle", "kueue-quota", "reaper"):
-            assert sorted(t.seed for t in month if (t.model, t.label, t.resume) == (model, pol, 0.25)) == [1, 2, 3]
-        for pol in ("static", "hpa", "keda"):
-            assert [t.seed for t in month if (t.model, t.label) == (model, pol)] == [1]
+    # every policy under every model, seed 1 (the held-out weeks are the replication)
+    assert {(t.model, t.label) for t in month if not t.stall_reclaim and t.resume == 0.25} == {
+        (m, p) for m in ("grounded", "scattered", "serving") for p in policy.POLICIES}
+    assert {t.seed for t in tasks} == {1}
     # stall handling under the stall models, both queuepilot policies; at resume 0.5 what the stall targets compare
     half = {(t.model, t.label) for t in month if t.resume == 0.5}
     assert half == {(m, lab) for m in ("grounded", "serving")
                     for lab in ("ray-idle", "reaper", "queuepilot+stall", "queuepilot-reclaim+stall")}
     assert not [t for t in month if t.model == "scattered" and (t.stall_reclaim or t.resume != 0.25)]
-    assert len(month) == 45 + 9 + 12 + 24
+    assert len(month) == 15 + 9 + 4 + 8
     # each held-out week: per model the runs the targets need there (policy_targets.needed_labels)
     per_week = Counter(t.start for t in held)
     assert per_week == {w: 20 for w in pm.HELD_OUT}
@@ -50,18 +49,20 @@ def test_the_whole_matrix_is_the_month_with_what_the_targets_need_and_the_held_o
     assert {lab for m, r, lab in week if (m, r) == ("scattered", 0.25)} == {
         "queuepilot", "queuepilot-reclaim", "ray-idle", "kueue-quota"}
     assert {lab for m, r, lab in week if (m, r) == ("serving", 0.5)} == {"ray-idle", "reaper", "queuepilot-reclaim+stall"}
-    assert len(tasks) == len(set(tasks)) == 170
+    assert len(tasks) == len(set(tasks)) == 116
+    # more seeds: the target policies at each, the other baselines at the first only
+    three = policy.matrix(_axes("--seeds", "1,2,3", "--held-out", ""))
+    assert sorted(t.seed for t in three if (t.model, t.label, t.resume) == ("serving", "reaper", 0.25)) == [1, 2, 3]
+    assert [t.seed for t in three if (t.model, t.label) == ("serving", "keda")] == [1]
 
 
-def test_the_quick_matrix_is_one_week_under_grounded_with_what_the_targets_and_the_decomposition_need() -> None:
+def test_the_quick_matrix_is_one_week_under_grounded_with_the_runs_its_targets_need() -> None:
     quick = _axes("--quick")
     assert (quick["hours"], quick["models"], quick["seeds"], quick["held_out"]) == (168.0, ["grounded"], [1], [])
     tasks = policy.matrix(quick)
-    assert {(t.resume, t.label) for t in tasks} == {
-        (0.25, "queuepilot"), (0.25, "queuepilot-reclaim"), (0.25, "ray-idle"), (0.25, "kueue-quota"),
-        (0.25, "reaper"), (0.25, "queuepilot-reclaim+stall"),
-        (0.5, "ray-idle"), (0.5, "reaper"), (0.5, "queuepilot-reclaim+stall")}
-    assert len(tasks) == 9 and all(t.hours == 168.0 and t.seed == 1 for t in tasks)
+    need = {(r, lab) for r in (0.25, 0.5) for lab in needed_labels("grounded", r, True)}
+    assert {(t.resume, t.label) for t in tasks} == need
+    assert len(tasks) == 8 and all(t.hours == 168.0 and t.seed == 1 for t in tasks)
 
 
 def test_every_axis_has_its_flag() -> None:
@@ -97,8 +98,8 @@ def test_the_quick_page_says_exactly_what_it_leaves_out_of_the_whole_matrix() ->
     assert "(`make bench` runs it)" in text
     assert "**What this page covers**: the quick matrix (`make bench`)" in text
     assert ("Against the whole matrix ([policy.md](policy.md), `make bench-full`): window 168 h here, 720 h there; "
-            "models grounded here, grounded, scattered, serving there; seeds 1 here, 1, 2, 3 there; "
-            "baselines at the first seed only none here, static, hpa, keda there; "
+            "models grounded here, grounded, scattered, serving there; policies at every seed queuepilot, ray-idle, "
+            "kueue-quota, reaper here, queuepilot, queuepilot-reclaim, ray-idle, kueue-quota, reaper there; baselines at the first seed only none here, static, hpa, keda there; "
             "`+stall` runs under grounded here, grounded, serving there;") in text
     assert "held-out weeks none here, 2017-09-26, 2017-11-02, 2017-11-09, 2017-11-30 there." in text
 
@@ -121,9 +122,9 @@ def test_the_plan_counts_the_runs_and_packs_their_costs_onto_the_processes(tmp_p
     path.write_text(json.dumps(costs))
     assert policy.main(["--quick", "--plan", "--costs-from", str(path), "--jobs", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "9 runs: 9 of 168 h from the page's start (5 at every seed, 1 +stall, 3 at other resume shares)" in out
-    # ray-idle: 2 runs of 168 s; the other 7 runs 84 s each: 924 s in all; packed: 168+84+84+84 / 168+84+84+84+84
-    assert "summed run CPU seconds ~924 s, the longest run ~168 s; wall on 2 processes ~8.4 min" in out
+    assert "8 runs: 8 of 168 h from the page's start (4 at every seed, 1 +stall, 3 at other resume shares)" in out
+    # ray-idle: 2 runs of 168 s; the other 6 runs 84 s each: 840 s in all; packed 168+84+84+84 on each process
+    assert "summed run CPU seconds ~840 s, the longest run ~168 s; wall on 2 processes ~7.0 min" in out
     assert policy.pack([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0
 
 

@@ -152,6 +152,15 @@ def test_reclaim_against_a_reaper_that_reclaims_nothing() -> None:
     assert pt.share_of(-2.0, 0.0) == -math.inf
     assert pt.share_of(9.0, 10.0) == pytest.approx(0.9)
     assert pt.ratio(0.0, 0.0) == 0.0 and math.isinf(pt.ratio(1.0, 0.0))
+    # a reaper whose kills' reruns add idle (more than ray-idle's): any reclaim is at least as much, and the
+    # page says what the inf means
+    rerun = {**REAPER, "idle_gpu_hours": 2500.0}
+    vs = pt.evaluate_targets(runs(qp_meeting_all(), yardsticks={"ray-idle": RAY, "kueue-quota": QUOTA, "reaper": rerun}))
+    v = verdict(vs, "stall_reclaimed")
+    assert v.met is True and v.worst == math.inf
+    assert page.vdetail(v, pt.target("stall_reclaimed")) == (
+        "1/1 runs; worst inf, mean inf (the reaper took back no idle against ray-idle (its kills' reruns can add "
+        "idle): inf = this configuration took back at least as much, -inf = less)")
 
 
 def test_the_runs_each_scenario_needs_follow_from_the_targets() -> None:
@@ -198,7 +207,7 @@ def test_the_page_says_what_the_scaler_alone_achieves() -> None:
     assert ("- `grounded`: controllable idle 1,010 GPU-h against ray-idle's 1,000 (1% more), total idle 2,010 against "
             "2,000 (0% more); killed 0.0 GPU-h;") in text
     assert "against kueue-quota: 0.0 unplaceable admissions vs 7.0, gang p95 4,000 s vs 5,000 s" in text
-    assert "it misses total_idle (1.00), controllable_idle (1.01), bound (5.05)" in text
+    assert "it misses total_idle (1.00x), controllable_idle (1.01x), bound (5.05x)" in text
     assert "it meets unplaceable, gang_wait, other_wait, killed_work, wait_tails, scale_down_after_up" in text
 
 
