@@ -848,6 +848,9 @@ def render(data: Mapping[str, Any], helios: Mapping[str, float] | None, prefix: 
         "",
         *held_out_section(held),
         "",
+        "How the stall targets move with what no trace records (the stall share, the resume share, the worker cap, "
+        "what Ray shows of a stall), on the held-out weeks: [sensitivity.md](sensitivity.md).",
+        "",
         "## Each configuration against ray-idle",
         "",
         *summary_section(main),
