@@ -23,7 +23,7 @@ help:
 	@echo "make demo   - run the whole system, simulated, in one process (no cluster, no GPU)"
 	@echo "make test   - set up everything and run every check CI runs"
 	@echo "make bench  - the quick benchmarks (quick policy matrix included); pages land in benchmarks/results/"
-	@echo "make bench-full - every benchmark with the whole policy matrix (takes what it takes; its pages say how long)"
+	@echo "make bench-full - every benchmark: the whole policy matrix, held-out weeks, sensitivity (hours; its pages say how long)"
 	@echo "make generate - regenerate dashboards, alert rules, docs/metrics.md and gRPC stubs"
 	@echo "make image  - build the controller/exporter image (IMAGE=, TAG=; make image-push for multi-arch)"
 	@echo "make fetch-shared - fetch the pinned upstream CRDs and traces into .shared/ (outside this workplace)"

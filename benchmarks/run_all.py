@@ -5,11 +5,13 @@ long each took, and writes a page of its own (``make-bench.md`` / ``make-bench-f
 ran, each benchmark's exit status and seconds, and the wall time of the whole run, as measured.
 
 - quick (``--quick``, the default): the exporter, NVML-call, controller-at-scale and decision-latency
-  benchmarks, and the quick policy matrix (``policy.py --quick``: the Philly week under every utilization
-  model and policy, one seed) -> ``policy-quick.*``.
+  benchmarks, and the quick policy matrix (``policy.py --quick``: the Philly week under ``grounded``, seed 1,
+  the runs the targets and the decomposition need) -> ``policy-quick.*``.
 - full (``--full``): the same, the idle-actor reclaim budget sweep, the whole policy matrix
-  (``policy.py``: the Philly month, seeds 1-3) -> ``policy.*``, and the stall deactivation delay sweeps
-  (grounded, serving).  It takes what it takes; its pages say how long.
+  (``policy.py``: the Philly month under every model, seed 1, and the four held-out weeks) ->
+  ``policy.*``, the sensitivity of the stall targets over the held-out weeks (``sensitivity.py``) ->
+  ``sensitivity.*``, and the stall deactivation delay sweeps (grounded, serving).  It takes what it takes
+  (``policy.py --plan`` and ``sensitivity.py --plan`` estimate it); its pages say how long.
 
 Benchmarks report, they never assert: speeds and memory are compared side by side in each table, with
 the command that produced it.
@@ -51,7 +53,9 @@ FULL: tuple[Benchmark, ...] = (
     # the idle-actor reclaim budget over the month, per model, ray-idle as the yardstick; before the policy
     # page, which quotes its verdicts (reclaim_budget.json) for the same window
     ("idle-actor reclaim budget (simulator)", "reclaim_budget.py", ()),
-    ("policy quality, the whole matrix (simulator)", "policy.py", ()),
+    ("policy quality, the whole matrix and the held-out weeks (simulator)", "policy.py", ()),
+    # the stall targets against the reaper as each unrecorded assumption moves, over the held-out weeks
+    ("stall targets' sensitivity, held-out weeks (simulator)", "sensitivity.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
     # the same under the serving model, longer delays

@@ -46,6 +46,7 @@ from simulator.inputs import (
     positive_factor,
     positive_hours,
     share,
+    stall_share_of,
 )
 from simulator.schedule_clock import team_schedules
 from simulator.utilization import DEFAULT_MODEL, DEFAULT_RESUME_SHARE, MODELS
@@ -107,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-resume-share", type=share, default=DEFAULT_RESUME_SHARE, metavar="F",
                    help="the share of long idle runs that are pauses the job resumes from (the rest are final "
                         "stalls; docs/simulation.md, 'Stall structure')")
+    p.add_argument("--stall-share", type=share, default=None, metavar="F",
+                   help="grounded, serving: the share of jobs with one long idle run (default the model's own: "
+                        "0.37 grounded, 0.15 serving), the model refitted so its share of GPU-time at 0 %% stays "
+                        "the published one (docs/simulation.md, 'Stall structure')")
     p.add_argument("--resubmit-after", type=duration, default=SimConfig().resubmit_after_s, metavar="DURATION",
                    help="a running workload deactivated with work left is submitted again by its owner this long "
                         "after, to run from scratch")
@@ -203,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                       placement=args.placement, pods_ready_timeout_s=args.pods_ready_timeout or None,
                       pause_invisible_share=args.pause_invisible_share, hang_share=args.hang_share)
         window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node,
-                             util_model=args.util_model, resume_share=args.stall_resume_share)
+                             util_model=args.util_model, resume_share=args.stall_resume_share,
+                             stall_share=args.stall_share)
         if args.schedule is not None:
             cfg = replace(cfg, cluster_queue_schedules=team_schedules(cfg.teams, args.schedule, window.start))
     except (ValueError, FileNotFoundError) as e:
@@ -226,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         "reclaim_budget_per_hour": (ScalingDefaults().reclaim_budget_per_hour if cfg.reclaim_budget_per_hour is None
                                     else cfg.reclaim_budget_per_hour), "command": "queuepilot simulate " + " ".join(argv_list),
         "stall_resume_share": args.stall_resume_share, "resubmit_after_s": cfg.resubmit_after_s,
+        "stall_share": stall_share_of(args.util_model, args.stall_share),
         "placement": cfg.placement, "pods_ready_timeout_s": cfg.pods_ready_timeout_s,
         "pause_invisible_share": cfg.pause_invisible_share, "hang_share": cfg.hang_share,
     }

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from servicekit.outpaths import check_writable as check_writable  # the CLIs' probe, named here for them
-from simulator.utilization import DEFAULT_MODEL, DEFAULT_RESUME_SHARE, MODELS, PhasedModel
+from simulator.utilization import DEFAULT_MODEL, DEFAULT_RESUME_SHARE, MODELS, PhasedModel, UtilModel
 from simulator.workload import TraceWindow, load_philly, parse_start, synthetic
 
 DEFAULT_START = "2017-10-03"
@@ -74,17 +74,42 @@ def duration(text: str) -> float:
     return value
 
 
-def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
-                util_model: str = DEFAULT_MODEL, resume_share: float = DEFAULT_RESUME_SHARE) -> TraceWindow:
-    """The jobs of ``hours`` from ``start`` of ``trace`` (a Philly-format CSV, or ``synthetic``), each
-    with its utilization drawn under ``util_model`` from ``seed`` (``resume_share`` of its long idle runs
-    pauses that resume, where the model has long idle runs); jobs larger than ``max_gpus`` dropped and
-    counted.  A bad model, a missing trace or a start outside it is a ValueError or FileNotFoundError
-    whose message a CLI prints as is."""
+def util_model_for(util_model: str, resume_share: float = DEFAULT_RESUME_SHARE,
+                   stall_share: float | None = None) -> UtilModel:
+    """The model called ``util_model`` with its stall structure: ``resume_share`` of its long idle runs
+    pauses, ``stall_share`` of its jobs with one (None: the model's own).  ValueError for an unknown
+    model, or a stall share for a model without that structure (``scattered``) or one it cannot fit."""
     if util_model not in MODELS:
         raise ValueError(f"unknown utilization model {util_model!r} (known: {', '.join(sorted(MODELS))})")
     model = MODELS[util_model]
-    model = model.with_resume_share(resume_share) if isinstance(model, PhasedModel) else model
+    if not isinstance(model, PhasedModel):
+        if stall_share is not None:
+            raise ValueError(f"--stall-share applies to the phased models (grounded, serving): {util_model} has "
+                             "no stall share of its own")
+        return model
+    model = model.with_resume_share(resume_share)
+    return model if stall_share is None else model.with_stall_share(stall_share)
+
+
+def stall_share_of(util_model: str, stall_share: float | None = None) -> float | None:
+    """The share of jobs with a long idle run a run used: ``stall_share`` where given, else the model's own
+    (None for a model without that structure, ``scattered``)."""
+    if stall_share is not None:
+        return stall_share
+    model = MODELS.get(util_model)
+    return model.stall_p if isinstance(model, PhasedModel) else None
+
+
+def load_window(trace: str, start: str, hours: float, seed: int, max_gpus: int,
+                util_model: str = DEFAULT_MODEL, resume_share: float = DEFAULT_RESUME_SHARE,
+                stall_share: float | None = None) -> TraceWindow:
+    """The jobs of ``hours`` from ``start`` of ``trace`` (a Philly-format CSV, or ``synthetic``), each
+    with its utilization drawn under ``util_model`` from ``seed`` (``resume_share`` of its long idle runs
+    pauses that resume, where the model has long idle runs; ``stall_share`` of its jobs with one, the
+    model refitted, where given: ``PhasedModel.with_stall_share``); jobs larger than ``max_gpus`` dropped
+    and counted.  A bad model, a stall share the model cannot take, a missing trace or a start outside it
+    is a ValueError or FileNotFoundError whose message a CLI prints as is."""
+    model = util_model_for(util_model, resume_share, stall_share)
     if trace == "synthetic":
         return synthetic(hours, seed, max_gpus, util_model=model)
     path = Path(trace)

@@ -267,22 +267,61 @@ SERVING = PhasedParams(
 DEFAULT_RESUME_SHARE = 0.25
 
 
+def refit_idle_share(params: PhasedParams, stall_share: float) -> float:
+    """The mean idle share of active segments (``idle_p_mean``) that keeps the fleet's expected share of
+    GPU-time at 0 % where ``params`` put it when a share ``stall_share`` of jobs has a long idle run
+    instead of ``params.stall_p``.  Per unit of a job's time after its start-up, the expected time at 0 %
+    is ``s m + (1 - s m) q`` (``s`` the stall share, ``m`` the mean stalled share of the job, ``q`` the
+    idle share of the rest: independent draws, so the GPU-time weighting leaves it as is); this solves it
+    for ``q`` at the new ``s``.  ValueError where that would take ``q`` out of (0.01, 0.9) (the stalls alone
+    would put more than the published share at 0 %, or nearly none of it)."""
+    if not 0.0 <= stall_share <= 1.0:
+        raise ValueError(f"the stall share must be in [0, 1], not {stall_share!r}")
+    m = sum(params.stall_frac) / 2.0
+    zero = params.stall_p * m + (1.0 - params.stall_p * m) * params.idle_p_mean
+    q = (zero - stall_share * m) / (1.0 - stall_share * m)
+    if not 0.01 <= q <= 0.9:
+        lo = max(0.0, (zero - 0.9) / (m * (1 - 0.9)))
+        hi = (zero - 0.01) / (m * (1.0 - 0.01))
+        raise ValueError(f"a stall share of {stall_share:g} cannot keep the fitted share of GPU-time at 0 % "
+                         f"({zero:.1%}): choose one from {lo:.2f} to {hi:.2f}")
+    return q
+
+
 class PhasedModel:
     """``grounded`` and ``serving``: start-up, active (with idle segments), an optional long idle run:
     a stalled tail, or, for a share ``resume_share`` of the jobs that have one, a pause of the same
     length at a uniform place within the run, after which the job works again (docs/simulation.md,
     "Stall structure")."""
 
-    def __init__(self, name: str, params: PhasedParams, resume_share: float = 0.0) -> None:
+    def __init__(self, name: str, params: PhasedParams, resume_share: float = 0.0,
+                 stall_share: float | None = None) -> None:
         if not 0.0 <= resume_share <= 1.0:
             raise ValueError(f"the stall resume share must be in [0, 1], not {resume_share!r}")
         self.name = name
         self.params = params
         self.resume_share = resume_share
+        # None (or the parameters' own ``stall_p``): the model as fitted, draw for draw
+        self.stall_share = None if stall_share is None or stall_share == params.stall_p else stall_share
+        self._refit_idle_p = refit_idle_share(params, self.stall_share) if self.stall_share is not None else None
 
     def with_resume_share(self, share: float) -> PhasedModel:
         """The same model with ``share`` of its long idle runs pauses that resume."""
-        return PhasedModel(self.name, self.params, share)
+        return PhasedModel(self.name, self.params, share, self.stall_share)
+
+    def with_stall_share(self, share: float) -> PhasedModel:
+        """The same model with ``share`` of its jobs holding one long idle run (``stall_p``; ``--stall-share``),
+        refitted so that the fleet's share of GPU-time at 0 % stays the published one the model was fitted to
+        (``refit_idle_share``): an equally good fit with another stall structure.  The run's random stream is
+        drawn as the fitted model draws it; which jobs stall is the same uniform against the new share (a
+        larger share stalls the same jobs and more), and what the new share changes of a job is drawn from
+        the job's own stream, so the share moves no other job's draws.  ValueError where no fit can hold."""
+        return PhasedModel(self.name, self.params, self.resume_share, share)
+
+    @property
+    def stall_p(self) -> float:
+        """The share of jobs with a long idle run (the parameters' own unless ``with_stall_share`` set it)."""
+        return self.params.stall_p if self.stall_share is None else self.stall_share
 
     def _level(self, rng: random.Random, mean: float) -> float:
         p = self.params
@@ -298,9 +337,10 @@ class PhasedModel:
         end = max(0.0, duration)
         start = min(p.start_max_frac * end, rng.lognormvariate(math.log(p.start_median_s), p.start_sigma))
         stall: float | None = None
-        if rng.random() < p.stall_p:
+        u_stall = rng.random()
+        frac: float | None = None
+        if u_stall < p.stall_p:
             frac = rng.uniform(*p.stall_frac)
-            stall = start + (1.0 - frac) * (end - start)
         a = p.idle_p_mean * p.idle_p_conc
         idle_p = rng.betavariate(a, p.idle_p_conc - a)
         if p.level_kind == "beta":
@@ -309,6 +349,16 @@ class PhasedModel:
             mean = p.level_a * math.exp(rng.gauss(0.0, p.level_b))
         levels = tuple(self._level(rng, mean) for _ in range(p.n_levels))
         key = rng.getrandbits(32)
+        if self.stall_share is not None and self._refit_idle_p is not None:
+            # another stall share: the same uniform decides (monotone in the share); a stall the fitted
+            # model had no length for, and the refitted idle share, from the job's own stream (the
+            # pause below uses key * 2 + 1)
+            own_stall = random.Random(key * 2)
+            frac = (frac if frac is not None else own_stall.uniform(*p.stall_frac)) if u_stall < self.stall_share else None
+            a = self._refit_idle_p * p.idle_p_conc
+            idle_p = own_stall.betavariate(a, p.idle_p_conc - a)
+        if frac is not None:
+            stall = start + (1.0 - frac) * (end - start)
         resume: float | None = None
         if stall is not None and self.resume_share > 0.0:
             # whether the long idle run is a pause, and where, from the job's own stream (so the share moves

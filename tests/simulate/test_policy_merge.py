@@ -11,17 +11,23 @@ from benchmarks import policy
 from tests.simulate.policy_records import record, source
 
 
+def K(model: str, seed: int, rate: float, label: str, resume: float = 0.25, start: str = "2017-10-03",
+      hours: float = 720.0) -> tuple:
+    """A run's key at the simulator's defaults but what is named."""
+    return (start, hours, model, seed, rate, label, 2.0, resume, None, 0.2, 0.1)
+
+
 def test_disjoint_sources_give_their_union_with_each_runs_commit() -> None:
     a = source("aaa", [record("serving", 1, 0.01, "ray-idle"), record("grounded", 1, 0.01, "ray-idle")])
     b = source("bbb", [record("grounded", 2, 0.05, "static"), record("grounded", 1, 0.01, "queuepilot", stall=True)])
     data = policy.merge([("a.json", a), ("b.json", b)], "merge a b")
     keys = [policy.run_key(r) for r in data["runs"]]
-    # matrix order: model, seed, rate, then the simulator's policy order
-    assert keys == [("grounded", 1, 0.01, "queuepilot+stall", 2.0), ("grounded", 1, 0.01, "ray-idle", 2.0),
-                    ("grounded", 2, 0.05, "static", 2.0), ("serving", 1, 0.01, "ray-idle", 2.0)]
+    # matrix order: window, model, seed, rate, resume share, then the simulator's policy order
+    assert keys == [K("grounded", 1, 0.01, "queuepilot+stall"), K("grounded", 1, 0.01, "ray-idle"),
+                    K("grounded", 2, 0.05, "static"), K("serving", 1, 0.01, "ray-idle")]
     commits = {policy.run_key(r): r["commit"] for r in data["runs"]}
-    assert commits[("grounded", 2, 0.05, "static", 2.0)] == "bbb"
-    assert commits[("serving", 1, 0.01, "ray-idle", 2.0)] == "aaa"
+    assert commits[K("grounded", 2, 0.05, "static")] == "bbb"
+    assert commits[K("serving", 1, 0.01, "ray-idle")] == "aaa"
     meta = data["meta"]
     assert meta["models"] == ["grounded", "serving"] and meta["seeds"] == [1, 2] and meta["rates"] == [0.01, 0.05]
     assert meta["stall_models"] == ["grounded"] and meta["policies"] == ["queuepilot", "static", "ray-idle"]
@@ -43,8 +49,8 @@ def test_a_run_both_hold_is_kept_once_and_a_number_only_one_reports_is_taken() -
 def test_sources_that_disagree_on_a_run_are_refused_with_the_first_difference() -> None:
     a = source("aaa", [record("grounded", 1, 0.01, "ray-idle", by={"empty": 1.0, "stalled": 2.0})])
     b = source("bbb", [record("grounded", 1, 0.01, "ray-idle", by={"empty": 1.0, "stalled": 2.5})])
-    with pytest.raises(ValueError, match=r"b\.json and a\.json disagree on \('grounded', 1, 0\.01, 'ray-idle', 2\.0\): "
-                                         r"by\.stalled: 2\.0 against 2\.5"):
+    with pytest.raises(ValueError, match=r"b\.json and a\.json disagree on \('2017-10-03', 720\.0, 'grounded', 1, "
+                                         r"0\.01, 'ray-idle', 2\.0, 0\.25, None, 0\.2, 0\.1\): by\.stalled: 2\.0 against 2\.5"):
         policy.merge([("a.json", a), ("b.json", b)], "merge")
 
 
@@ -91,10 +97,23 @@ def test_a_merged_page_merged_again_lists_its_sources_and_must_come_first() -> N
     assert [(s["file"], s["commit"], s["runs"], s["kept"]) for s in data["meta"]["merged_from"]] == [
         ("a.json", "aaa", 1, 1), ("b.json", "bbb", 1, 1), ("later.json", "ccc", 2, 1)]
     commits = {policy.run_key(r): r["commit"] for r in data["runs"]}
-    assert commits[("grounded", 1, 0.01, "static", 2.0)] == "bbb" and commits[("serving", 1, 0.01, "static", 2.0)] == "ccc"
+    assert commits[K("grounded", 1, 0.01, "static")] == "bbb" and commits[K("serving", 1, 0.01, "static")] == "ccc"
     assert data["meta"]["commit"] == "aaa, bbb, ccc" and data["meta"]["wall_s"] == 180.0
     with pytest.raises(ValueError, match=r"policy\.json is itself a merge: name it first"):
         policy.merge([("later.json", later), ("policy.json", page)], "merge")
     wrong = source("ddd", [record("grounded", 1, 0.01, "static", idle=9.5)])
     with pytest.raises(ValueError, match=r"wrong\.json and policy\.json disagree"):
         policy.merge([("policy.json", page), ("wrong.json", wrong)], "merge")
+
+
+def test_runs_at_another_resume_share_or_on_a_held_out_week_are_runs_of_their_own() -> None:
+    a = source("aaa", [record("grounded", 1, 0.01, "reaper", idle=5.0),
+                       record("grounded", 1, 0.01, "reaper", idle=6.0, resume=0.5)])
+    b = source("bbb", [record("grounded", 1, 0.01, "reaper", idle=7.0, start="2017-11-02", hours=168.0),
+                       record("grounded", 1, 0.01, "reaper", idle=6.0, resume=0.5)])
+    data = policy.merge([("a.json", a), ("b.json", b)], "merge")
+    assert [policy.run_key(r) for r in data["runs"]] == [
+        K("grounded", 1, 0.01, "reaper"), K("grounded", 1, 0.01, "reaper", resume=0.5),
+        K("grounded", 1, 0.01, "reaper", start="2017-11-02", hours=168.0)]
+    assert data["meta"]["resumes"] == [0.5] and data["meta"]["held_out"] == ["2017-11-02"]
+    assert data["meta"]["resume_labels"] == ["reaper"]

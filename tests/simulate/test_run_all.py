@@ -14,13 +14,14 @@ def test_the_quick_set_runs_the_quick_matrix_and_no_month_long_sweep() -> None:
     quick = _scripts(run_all.QUICK)
     assert ("policy.py", ("--quick",)) in quick
     assert ("policy.py", ()) not in quick
-    assert not {"reclaim_budget.py", "stall_delay.py"} & {s for s, _ in quick}
+    assert not {"reclaim_budget.py", "stall_delay.py", "sensitivity.py"} & {s for s, _ in quick}
 
 
 def test_the_full_set_runs_the_whole_matrix_after_the_sweep_its_page_quotes() -> None:
     full = _scripts(run_all.FULL)
     assert ("policy.py", ()) in full and ("policy.py", ("--quick",)) not in full
     assert full.index(("reclaim_budget.py", ())) < full.index(("policy.py", ()))
+    assert ("sensitivity.py", ()) in full and ("sensitivity.py", ()) not in _scripts(run_all.QUICK)
     for _, script, _ in run_all.FULL:
         assert (run_all.HERE / script).is_file(), script
 

@@ -4,12 +4,15 @@ the controller's Ray-aware stall handling on the same jobs."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
+from simulator.cli import main
 from simulator.engine import Engine, SimConfig, work_done, work_total
-from simulator.utilization import MODELS, PhasedModel, PhasedProfile
+from simulator.inputs import stall_share_of, util_model_for
+from simulator.utilization import MODELS, PhasedModel, PhasedProfile, fleet_samples
 from simulator.workload import Job
 
 H = 3600.0
@@ -85,3 +88,69 @@ def test_ray_aware_stall_handling_holds_a_pause_ray_sees_and_deactivates_a_final
         1, 0, 0.0, 1)
     hung = _run("queuepilot", _job(2 * H, None), stall_reclaim=True, hang_share=1.0)
     assert hung.metrics.summary()["deactivated_workloads"] == 0  # a task still runs: no verdict to kill
+
+
+def _draws(model: PhasedModel, n: int = 2000, seed: int = 11):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        gpus = 8 if i % 4 == 0 else 1
+        out.append(model.draw(rng, i, rng.uniform(H, 12 * H), gpus))
+    return out, rng.random()
+
+
+def _zero_share(draws) -> float:
+    jobs = [Job(i, "t", 0.0, u.work_s, 8 if i % 4 == 0 else 1, u.util, u.idle_tail, u.profile)
+            for i, u in enumerate(draws)]
+    s = fleet_samples(jobs)
+    return sum(w for u, w in zip(s.util, s.weight, strict=True) if u < 0.01) / sum(s.weight)
+
+
+@pytest.mark.parametrize("name", ["grounded", "serving"])
+def test_the_stall_share_moves_the_long_idle_runs_and_keeps_the_fitted_share_at_zero(name):
+    base = MODELS[name]
+    assert isinstance(base, PhasedModel)
+    own, after_own = _draws(base)
+    same, after_same = _draws(base.with_stall_share(base.params.stall_p))
+    assert [u.profile for u in same] == [u.profile for u in own] and after_same == after_own  # its own: draw for draw
+    zero = _zero_share(own)
+    for factor in (0.5, 1.5):
+        share = base.params.stall_p * factor
+        drawn, after = _draws(base.with_stall_share(share))
+        stalled = sum(u.profile.stall_start is not None for u in drawn) / len(drawn)
+        assert stalled == pytest.approx(share, abs=0.03), (factor, stalled)
+        # refitted: the share of GPU-time at 0 % stays the published one the model was fitted to
+        assert _zero_share(drawn) == pytest.approx(zero, abs=0.02), factor
+        # the run's stream moves on as the fitted model's (another share moves no other job's draws) ...
+        assert after == after_own
+        assert [u.profile.levels for u in drawn] == [u.profile.levels for u in own]
+        # ... and a larger share stalls the same jobs and more
+        mine = {i for i, u in enumerate(drawn) if u.profile.stall_start is not None}
+        theirs = {i for i, u in enumerate(own) if u.profile.stall_start is not None}
+        assert (theirs <= mine) if factor > 1 else (mine <= theirs)
+    # the resume share and the stall share compose
+    both = base.with_resume_share(1.0).with_stall_share(base.params.stall_p / 2)
+    assert (both.resume_share, both.stall_p) == (1.0, base.params.stall_p / 2)
+
+
+def test_a_stall_share_no_fit_can_hold_is_refused_and_so_is_one_for_scattered(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"cannot keep the fitted share of GPU-time at 0 % \(31\.5%\): choose one "
+                                         r"from 0\.00 to 0\.62"):
+        MODELS["grounded"].with_stall_share(0.7)
+    with pytest.raises(ValueError, match="applies to the phased models"):
+        util_model_for("scattered", stall_share=0.2)
+    assert stall_share_of("grounded") == 0.37 and stall_share_of("scattered") is None
+    assert stall_share_of("serving", 0.1) == 0.1
+    for args, needle in ((["--stall-share", "0.7"], "choose one from 0.00 to 0.62"),
+                         (["--util-model", "scattered", "--stall-share", "0.2"], "applies to the phased models"),
+                         (["--stall-share", "1.5"], "must be a share in [0, 1]")):
+        try:
+            rc = main(["--trace", "synthetic", "--no-progress", *args])
+        except SystemExit as e:  # argparse usage errors
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and "Traceback" not in err, (args, err)
+    out = tmp_path / "r.json"
+    assert main(["--trace", "synthetic", "--hours", "2", "--nodes", "4", "--policies", "ray-idle", "--stall-share",
+                 "0.2", "--json", str(out), "--no-progress"]) == 0
+    assert json.loads(out.read_text())["meta"]["stall_share"] == 0.2
