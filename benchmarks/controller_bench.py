@@ -49,7 +49,7 @@ GPUS_PER_NODE = 8
 
 
 def cluster(n_workloads: int, n_rc: int, n_nodes: int, now: float) -> list[dict[str, Any]]:
-    from tests.controller import objects as o
+    from tests.support import objects as o
 
     objs: list[dict[str, Any]] = []
     for i in range(NAMESPACES):
@@ -187,7 +187,7 @@ def _watch_stalls(limit: float) -> None:
 async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, with_reconcilers: bool,
                   tag: str) -> dict[str, str]:
     """Start one controller subprocess against ``api``, measure it, stop it; the rows of one column."""
-    from tests.controller import objects as o
+    from tests.support import objects as o
     from tests.support.ports import free_port
 
     port = free_port()

@@ -138,13 +138,19 @@ async def scale_down(api: FakeApiServer, n: int) -> list[float]:
     out = []
     async with controller_on(api, gpus, ray, settings):
         for i in range(n):
+            # the two workers' pods exist before their replicas are asked for (as KubeRay makes them): a
+            # replica without a pod and without pending demand would be dropped at once (WithinTarget)
             pods = [f"busy-{i}", f"idle-{i}"]
             for j, p in enumerate(pods):
                 w.add(k.worker_pod("rc", p))
                 gpus.alloc[("n0", j)] = ("team-a", p)
                 gpus.util[p] = 0.3  # low enough that the utilization target keeps one worker only
                 ray.busy[p] = True
-            await asyncio.sleep(2 * RAY_POLL + 0.2)  # the controller has seen both busy
+            api.patch(k.RAY, "RayCluster", "rc", [
+                {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 2},
+                {"op": "add", "path": "/spec/workerGroupSpecs/0/scaleStrategy", "value": {"workersToDelete": []}},
+            ], namespace="team-a", content_type="application/json-patch+json")
+            await asyncio.sleep(2 * RAY_POLL + 0.2)  # the controller has seen both busy; the 1 s period passed
             t0 = time.perf_counter()
             gpus.util[pods[1]] = 0.0
             ray.busy[pods[1]] = False
@@ -155,11 +161,6 @@ async def scale_down(api: FakeApiServer, n: int) -> list[float]:
             for p in pods:
                 api.delete("v1", "Pod", p, "team-a")
                 ray.busy.pop(p, None)
-            api.patch(k.RAY, "RayCluster", "rc", [
-                {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 2},
-                {"op": "replace", "path": "/spec/workerGroupSpecs/0/scaleStrategy", "value": {"workersToDelete": []}},
-            ], namespace="team-a", content_type="application/json-patch+json")
-            await asyncio.sleep(1.5)  # let the 1 s scale-down period pass
     return out
 
 

@@ -284,7 +284,7 @@ async def scenario_ray_bound(tree: Tree, args: argparse.Namespace) -> dict[str, 
 
 
 async def ray_attack(tree: Tree, args: argparse.Namespace, hostile_body: bytes) -> dict[str, str]:
-    from tests.controller import objects as o
+    from tests.support import objects as o
     from tests.support.ports import free_port
 
     fixtures = Path(os.environ.get("QUEUEPILOT_SHARED", "/work/shared")) / "fixtures" / "ray"
@@ -363,7 +363,7 @@ def review(obj: dict[str, Any], uid: str = "u-1") -> dict[str, Any]:
 
 
 def small_raycluster() -> dict[str, Any]:
-    from tests.controller import objects as o
+    from tests.support import objects as o
 
     return o.ray_cluster("rc", "team-a", head_ip=None)
 
