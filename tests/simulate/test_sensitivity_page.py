@@ -8,8 +8,7 @@ from collections import Counter
 from typing import Any
 
 from benchmarks import sensitivity as sens
-from tests.simulate.policy_records import record
-from tests.simulate.test_policy_targets import RAY, REAPER, qp_meeting_all
+from tests.simulate.policy_records import RAY, REAPER, qp_meeting_all, record
 
 WEEKS = ("2017-11-02", "2017-11-30")
 
