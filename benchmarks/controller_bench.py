@@ -193,7 +193,7 @@ async def measure(args: argparse.Namespace, api: FakeApiServer, prom_port: int, 
     port = free_port()
     setup = []
     if not with_reconcilers:  # the controller core alone: no deciders (their cost is reported by their own benchmark)
-        setup.append("import autoscaler.controller.reconcilers as r; r.build_reconcilers = lambda ctx: []")
+        setup.append("import autoscaler.controller.reconcilers as r; r.build_reconcilers = lambda ctx, fleet=None: []")
     if args.stalls:
         setup.append("import benchmarks.controller_bench as b; b.watch_stalls_from_env()")
     if setup:

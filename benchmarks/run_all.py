@@ -42,7 +42,7 @@ SERVICES: tuple[Benchmark, ...] = (
     ("exporter scrape/collect/RSS", "exporter_bench.py", ()),
     ("NVML call latency (fake library here)", "nvml_latency.py", ("--fake", "--out", "benchmarks/results/nvml-latency-fake.md")),
     ("controller at scale", "controller_bench.py", ()),
-    ("decision latency", "decision_latency.py", ()),
+    ("decision latency", "decision_latency.py", ("--out", "benchmarks/results/decisions.md")),
 )
 QUICK: tuple[Benchmark, ...] = (
     *SERVICES,
