@@ -73,9 +73,6 @@ class SimCluster:
     def total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 
-    def flavor_total(self, flavor: str) -> int:
-        return sum(n.gpus for n in self.flavors.get(flavor, ()))
-
     def free_blocks(self, flavor: str) -> list[int]:
         return sorted((self._free[n.name] for n in self.flavors.get(flavor, ()) if self._free[n.name]), reverse=True)
 

@@ -103,10 +103,6 @@ class SimRayCluster:
         self.next_id += 1
         return f"{self.name}-{self.group}-{self.next_id:05d}"
 
-    def workers_by_name(self) -> list[SimWorker]:
-        """The workers in pod-name order."""
-        return sorted(self.workers.values(), key=lambda x: x.name)
-
     def free_ready_workers(self, now: float) -> list[SimWorker]:
         return [w for w in self.workers.values() if w.task is None and w.ready(now)]
 

@@ -208,10 +208,6 @@ class WriteGuard:
             return None
         return WriteOutcome("skipped", "backoff", 0)
 
-    def backoff_left(self, key: WriteKey, now: float) -> float:
-        st = self._streaks.get(key)
-        return max(0.0, st.until - now) if st is not None else 0.0
-
     def in_backoff(self, resource: str | None = None) -> int:
         """Objects (of ``resource``) with an open failure streak."""
         return sum(1 for k in self._streaks if resource is None or k.resource == resource)

@@ -81,19 +81,6 @@ def _flavors(flavors: Mapping[str, FlavorState], nodes: Mapping[str, NodeState])
     }
 
 
-def _ray_cluster(
-    view: RayClusterView,
-    workers_by_group: Mapping[str, list[PodView]],
-    util_by_pod: Mapping[tuple[str, str], float],
-    obs: RayObservation | None,
-    local_queues: Mapping[str, LocalQueueState],
-    ray_stale: float,
-) -> RayClusterState:
-    status = obs.status if obs else None
-    return _ray_signal(_ray_workers(view, workers_by_group, util_by_pod, status), obs, local_queues, ray_stale,
-                       polled=view.dashboard is not None)
-
-
 def _ray_workers(view: RayClusterView, workers_by_group: Mapping[str, list[PodView]],
                  util_by_pod: Mapping[tuple[str, str], float], status: Any) -> RayClusterState:
     """The RayCluster with its workers: each worker pod joined to its GPUs' utilization and to Ray's

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from autoscaler.core.policy.admission import _Capacity, eligible
 from autoscaler.core.policy.ledger import Ledger, release
@@ -433,7 +433,3 @@ def decide_dispatch(
 def _why(why_not: Mapping[str, str]) -> str:
     return "; ".join(f"{c}: {w or 'usable'}" for c, w in why_not.items()) or "no worker clusters configured"
 
-
-def with_nominations(t: DispatchTarget, nominated: tuple[str, ...]) -> DispatchTarget:
-    """``t`` as it reads after ``nominated`` was written (tests and the simulator feed passes back)."""
-    return replace(t, nominated=nominated)

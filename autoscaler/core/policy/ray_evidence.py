@@ -44,12 +44,6 @@ class Evidence:
     kind: EvidenceKind
     text: str  # for the Event: what Ray said, in words
 
-    @property
-    def allows_deactivation(self) -> bool:
-        """Whether this evidence lets an idle workload's deactivation go ahead (``quiet`` only once
-        it lasted: the caller keeps that timer)."""
-        return self.kind in ("finished", "quiet", "none")
-
 
 def clusters_by_workload(snapshot: ClusterSnapshot,
                          candidates: Iterable[WorkloadState]) -> dict[str, RayClusterState]:
