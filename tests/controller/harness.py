@@ -15,6 +15,7 @@ from autoscaler.controller.loop import Controller
 from autoscaler.core.snapshot import GpuState
 from autoscaler.signals.gpu import GpuReading
 from tests.fakeapi.server import FakeApiServer
+from tests.support.eventually import eventually
 
 
 class StaticGpu:
@@ -109,3 +110,12 @@ async def ready(base_url: str) -> bool:
         return (await http_get(f"{base_url}/readyz"))[0] == 200
     except OSError:
         return False
+
+
+async def synced_snapshot(c: Controller) -> None:
+    """Wait for the caches to sync and then for a snapshot built wholly after that: passes run (and
+    publish a snapshot) before the caches sync, and the pass under way at sync time may have read
+    half-listed caches, so the second pass to finish from then on is the first one a test may read."""
+    await eventually(lambda: c.synced)
+    first = c.passes
+    await eventually(lambda: c.passes >= first + 2)

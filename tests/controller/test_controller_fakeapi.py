@@ -10,7 +10,7 @@ from autoscaler.core.snapshot import GpuState
 from autoscaler.rbac import CONTROLLER_API_CALLS
 from autoscaler.signals.gpu import GpuReading
 from tests.controller import scenario
-from tests.controller.harness import StaticGpu, http_get, running_controller
+from tests.controller.harness import StaticGpu, http_get, running_controller, synced_snapshot
 from tests.support import objects as o
 from tests.support.eventually import eventually
 from tests.support.prometheus import promtool
@@ -45,8 +45,8 @@ async def test_metrics_match_a_scripted_cluster(fake_api):
     gpu = StaticGpu(GpuReading(unhealthy, observed_at=now))
     async with running_controller(fake_api, gpu=gpu) as c:
         base = f"http://127.0.0.1:{c.port}"
-        await eventually(lambda: c.synced)
-        await eventually(lambda: c.snapshot is not None and len(c.snapshot.workloads) == 5)
+        await synced_snapshot(c)
+        assert c.snapshot is not None and len(c.snapshot.workloads) == 5
         status, text = await http_get(f"{base}/metrics")
         assert status == 200
         assert metric(text, "queuepilot_queue_pending_workloads", cluster_queue="cq-a", namespace="team-a", local_queue="lq-a") == 2
@@ -180,9 +180,9 @@ async def test_kuberay_not_installed_is_an_empty_synced_resource(tmp_path):
         api.create(o.namespace("team-a"))
         api.create(o.workload("wl-1"))
         async with running_controller(api) as c:
-            await eventually(lambda: c.synced)
+            await synced_snapshot(c)
             assert c.caches["rayclusters"].absent and c.caches["rayjobs"].absent
             assert set(c.caches["workloads"].items) == {"team-a/wl-1"}
             assert (await http_get(f"http://127.0.0.1:{c.port}/readyz"))[0] == 200
-            await eventually(lambda: c.snapshot is not None and "team-a/wl-1" in c.snapshot.workloads)
+            assert c.snapshot is not None and "team-a/wl-1" in c.snapshot.workloads
             assert not c.snapshot.signals["watch/rayclusters"].is_stale(c.snapshot.taken_at)
