@@ -342,7 +342,25 @@ def workload_view(obj: Mapping[str, Any]) -> WorkloadState:
         checks=tuple(checks),
         owner_kind=owner_kind,
         owner_name=owner_name,
+        deactivations=_deactivations(status),
     )
+
+
+MAX_EVICTION_STATS = 64  # entries of status.schedulingStats.evictions read (one per reason and cause)
+
+
+def _deactivations(status: Mapping[str, Any]) -> int:
+    """How many times Kueue evicted the workload as deactivated: the counts of
+    ``status.schedulingStats.evictions`` whose reason is ``Deactivated`` or ``DeactivatedDueTo<cause>``.
+    The entries past the first ``MAX_EVICTION_STATS`` are not read."""
+    stats = _dict(status.get("schedulingStats"), "status.schedulingStats")
+    total = 0
+    for i, e in enumerate(_list(stats.get("evictions"), "status.schedulingStats.evictions")[:MAX_EVICTION_STATS]):
+        e = _dict(e, f"status.schedulingStats.evictions[{i}]")
+        reason = e.get("reason")
+        if isinstance(reason, str) and (reason == "Deactivated" or reason.startswith("DeactivatedDueTo")):
+            total += max(0, _int(e.get("count"), f"status.schedulingStats.evictions[{i}].count", 0) or 0)
+    return min(total, 1 << 31)
 
 
 def _flavor_usage(status: Mapping[str, Any], key: str) -> dict[str, float]:

@@ -218,6 +218,9 @@ class WorkloadState:
     checks: tuple[CheckState, ...] = ()
     owner_kind: str = ""  # Job, RayJob, RayCluster, PyTorchJob, TrainJob, ...
     owner_name: str = ""
+    # times Kueue evicted it as deactivated (status.schedulingStats.evictions, reason Deactivated or
+    # DeactivatedDueTo...); an active workload with a count above 0 was reactivated (spec.active: true)
+    deactivations: int = 0
     # derived from the fields above (not inputs), once per object: every pass asks each workload for
     # them (the stall detector, queue pressure, the admission order), and most objects last many passes
     key: str = field(default="", init=False, repr=False, compare=False)  # "<namespace>/<name>"

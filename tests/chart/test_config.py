@@ -94,7 +94,8 @@ def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> No
               "stall": {"enabled": False, "deactivate_cluster_queues": ["x"], "deactivate_namespaces": ["x"],
                         # at least the window (30 min by default)
                         "deactivate_after": "3h", "deactivate_after_seconds": 10800,
-                        "deactivate_serving": True, "without_ray_signal": "deactivate"}}[section]
+                        "deactivate_serving": True, "without_ray_signal": "deactivate",
+                        "reactivated": "deactivate"}}[section]
     parse = {"admission": admission_config, "scaling": scaling_defaults, "stall": stall_config}[section]
     for k in sorted(keys):
         if k in values:

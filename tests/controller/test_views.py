@@ -81,6 +81,25 @@ def test_workload_pending_defaults():
     assert w.admitted_counts == {"main": 1}
 
 
+def test_workload_view_counts_the_deactivations_kueue_kept():
+    """Kueue counts evictions by (reason, underlyingCause) in status.schedulingStats; the deactivations
+    (reason Deactivated, or DeactivatedDueTo<cause>) are the workload's history of being brought back."""
+    raw = o.workload("wl", created=500)
+    assert views.workload_view(raw).deactivations == 0
+    raw["status"] = {"schedulingStats": {"evictions": [
+        {"reason": "Deactivated", "underlyingCause": "", "count": 2},
+        {"reason": "DeactivatedDueToRequeuingLimitExceeded", "underlyingCause": "", "count": 1},
+        {"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 5},
+        {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 3},
+    ]}}
+    assert views.workload_view(raw).deactivations == 3
+    raw["status"]["schedulingStats"]["evictions"][0]["count"] = -4  # nonsense counts nothing
+    assert views.workload_view(raw).deactivations == 1
+    raw["status"]["schedulingStats"]["evictions"][0]["count"] = "two"
+    with pytest.raises(views.MalformedObject, match=r"schedulingStats.evictions\[0\].count"):
+        views.workload_view(raw)
+
+
 @pytest.mark.parametrize(
     ("mutate", "what"),
     [

@@ -187,3 +187,48 @@ def test_a_cluster_in_another_namespace_cannot_speak_for_a_workload():
     assert ray_clusters_to_watch(snap, replace(OPT_IN, deactivate_namespaces=("team-b",))) == frozenset()
     s = _due(snap)
     assert s.evidence_kind == "unknown" and "RayCluster is not known" in s.message
+
+
+# ------------------------------------------------------------------- a workload its owner brought back
+def _reactivated(snap, deactivations: int = 1):
+    """The same world, its Workload reactivated after ``deactivations`` deactivations (Kueue's schedulingStats)."""
+    wl = snap.workloads[KEY]
+    return replace(snap, workloads=frozen_map({KEY: replace(wl, deactivations=deactivations)}))
+
+
+def test_a_reactivated_workload_is_not_deactivated_again_on_a_quiet_cluster():
+    """Its owner brought it back: a pause Ray cannot see looks the same as the one it was killed in, so
+    quiet is not enough the second time; the report says why, and names the history."""
+    quiet = OPT_IN.ray_quiet_seconds
+    assert _due(_rayjob_world(), quiet_for=quiet).deactivate  # without the history it goes
+    s = _due(_reactivated(_rayjob_world(), 2), quiet_for=quiet)
+    assert (s.deactivate, s.reason, s.evidence_kind) == (False, R.STALL_DEACTIVATION_HELD, "quiet")
+    assert "reactivated after 2 deactivation(s)" in s.held and "stall.reactivated" in s.message
+    # held on the quiet timer first, then for the history: a new reason is reported again
+    snap = _reactivated(_rayjob_world())
+    hist = {KEY: StallTrack(NOW - D, None, reported=True, quiet_since=NOW - 60.0, held="quiet")}
+    assert decide_stalls(snap, OPT_IN, hist, NOW).stalled[0].held_new
+    # the operator's choice: judged as any other
+    assert _due(_reactivated(_rayjob_world()), replace(OPT_IN, reactivated="deactivate"), quiet_for=quiet).deactivate
+
+
+def test_a_reactivated_workload_whose_ray_job_ended_still_goes():
+    s = _due(_reactivated(_rayjob_world(running=None, busy=None, job_status="FAILED")))
+    assert (s.deactivate, s.evidence_kind) == (True, "finished")
+
+
+def test_a_reactivated_workload_off_ray_is_held_on_its_gpus_alone():
+    node = _node(["trainer-0"])
+    wl = workload("job-trainer", admitted=True, owner_kind="PyTorchJob", owner_name="trainer")
+    hist = {wl.key: StallTrack(NOW - D, None, reported=True)}
+    (fresh,) = decide_stalls(snapshot([node], [wl]), OPT_IN, hist, NOW).stalled
+    (back,) = decide_stalls(snapshot([node], [replace(wl, deactivations=1)]), OPT_IN, hist, NOW).stalled
+    assert (fresh.deactivate, fresh.evidence_kind) == (True, "none")
+    assert (back.deactivate, back.evidence_kind) == (False, "none") and "reactivated after 1" in back.held
+
+
+def test_the_config_section_takes_reactivated():
+    assert stall_config({"stall": {"reactivated": "Deactivate"}}).reactivated == "deactivate"
+    assert StallConfig().reactivated == "hold"
+    with pytest.raises(ValueError, match="reactivated"):
+        stall_config({"stall": {"reactivated": "sometimes"}})

@@ -32,8 +32,12 @@ dependency) is paused, not stalled; one whose Ray job ended, or on whose cluster
 waited for ``ray_quiet_seconds``, goes; a serving workload (RayService) never goes unless
 ``deactivate_serving``; a Ray workload whose Ray signal is missing or stale is held
 (``without_ray_signal: hold``) or judged by its GPUs alone (``deactivate``); a workload that runs on no
-RayCluster is judged by its GPUs alone.  A held deactivation is reported once per reason
-(``StalledWorkload.held``); every report names the evidence that decided.
+RayCluster is judged by its GPUs alone.  A workload its owner reactivated after a deactivation
+(``WorkloadState.deactivations``, from Kueue's ``status.schedulingStats``) is not deactivated again on
+GPU idleness or a quiet cluster, only once its Ray job ended (``reactivated: hold``, the default; a pause
+Ray cannot see would otherwise kill it each time it comes back); ``reactivated: deactivate`` judges it as
+any other.  A held deactivation is reported once per reason (``StalledWorkload.held``); every report
+names the evidence that decided.
 
 ``ray_clusters_to_watch(snapshot, config)`` names the RayClusters whose Ray view such a deactivation
 could weigh (the controller polls their heads, ``autoscaler.controller.loop.Controller.ray_targets``):
@@ -103,6 +107,9 @@ class StallConfig:
     ray_quiet_seconds: float = 1800.0
     deactivate_serving: bool = False  # RayService workloads are never deactivated unless this is set
     without_ray_signal: str = "hold"  # a Ray workload without a fresh Ray signal: hold | deactivate
+    # a workload its owner reactivated after a deactivation (Kueue's schedulingStats): hold (only an ended
+    # Ray job deactivates it again) | deactivate (judged as any other)
+    reactivated: str = "hold"
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -126,6 +133,8 @@ class StallConfig:
             raise ValueError(f"stall.deactivate_serving must be true or false, not {brief_repr(self.deactivate_serving)}")
         if self.without_ray_signal not in ("hold", "deactivate"):
             raise ValueError(f"stall.without_ray_signal must be hold or deactivate, not {brief_repr(self.without_ray_signal)}")
+        if self.reactivated not in ("hold", "deactivate"):
+            raise ValueError(f"stall.reactivated must be hold or deactivate, not {brief_repr(self.reactivated)}")
         for name in ("deactivate_cluster_queues", "deactivate_namespaces"):
             items = getattr(self, name)
             if not isinstance(items, tuple) or len(items) > MAX_LISTED or not all(
@@ -170,7 +179,7 @@ def stall_config(settings: Mapping[str, object] | None) -> StallConfig:
                 changes[k] = parse_bool(raw)
             elif k in ("ray_quiet", "ray_quiet_seconds"):
                 changes["ray_quiet_seconds"] = parse_duration(raw)
-            elif k == "without_ray_signal":
+            elif k in ("without_ray_signal", "reactivated"):
                 changes[k] = str(raw).strip().lower()
             elif k == "gpu_utilization":
                 changes[k] = parse_ratio(raw)
@@ -376,9 +385,8 @@ def decide_stalls(
         # report at the window, act at the delay (a stall that ends before it is never deactivated), and
         # only where what Ray says lets it go
         due = opted_in and not track.deactivated and stalled_for >= config.deactivate_after_seconds
-        why_not = _held_by(ev, quiet_since, config, now) if due else ""
+        why_not, held_kind = _held_by(wl, ev, quiet_since, config, now) if due else ("", "")
         deactivate = due and not why_not
-        held_kind = ev.kind if why_not else ""
         tracks[wl.key] = track = replace(track, reported=True, deactivated=track.deactivated or deactivate,
                                           held=held_kind)
         source = _sources(gpus)
@@ -442,15 +450,23 @@ def ray_clusters_to_watch(snapshot: ClusterSnapshot, config: StallConfig) -> fro
     return frozenset(out)
 
 
-def _held_by(ev: Evidence, quiet_since: float | None, config: StallConfig, now: float) -> str:
-    """Why what Ray says holds a due deactivation back ("" when it lets it go)."""
+def _held_by(wl: WorkloadState, ev: Evidence, quiet_since: float | None, config: StallConfig,
+             now: float) -> tuple[str, str]:
+    """Why the evidence holds a due deactivation back ("" when it lets it go), and the kind of hold (the
+    evidence's kind, or ``reactivated``: a new kind is reported again)."""
+    why = ""
     if ev.kind == "serving":
-        return "" if config.deactivate_serving else "a serving workload is not deactivated (stall.deactivate_serving)"
-    if ev.kind == "active":
-        return "Ray shows the workload at work"
-    if ev.kind == "unknown":
-        return "" if config.without_ray_signal == "deactivate" else "no verdict without Ray's view (stall.without_ray_signal)"
-    if ev.kind == "quiet" and quiet_since is not None and now - quiet_since < config.ray_quiet_seconds:
-        return (f"Ray quiet for {format_duration(now - quiet_since)} of the {format_duration(config.ray_quiet_seconds)} "
-                "it must be (stall.ray_quiet)")
-    return ""
+        why = "" if config.deactivate_serving else "a serving workload is not deactivated (stall.deactivate_serving)"
+    elif ev.kind == "active":
+        why = "Ray shows the workload at work"
+    elif ev.kind == "unknown":
+        why = "" if config.without_ray_signal == "deactivate" else "no verdict without Ray's view (stall.without_ray_signal)"
+    elif wl.deactivations and config.reactivated == "hold" and ev.kind in ("quiet", "none"):
+        # its owner brought it back after a deactivation: the job is wanted, and a pause Ray does not see
+        # looks the same as the last one; an ended Ray job (``finished``) still goes
+        return (f"reactivated after {wl.deactivations} deactivation(s) (Kueue's schedulingStats): only an "
+                "ended Ray job deactivates it again (stall.reactivated)", "reactivated")
+    elif ev.kind == "quiet" and quiet_since is not None and now - quiet_since < config.ray_quiet_seconds:
+        why = (f"Ray quiet for {format_duration(now - quiet_since)} of the {format_duration(config.ray_quiet_seconds)} "
+               "it must be (stall.ray_quiet)")
+    return why, ev.kind if why else ""
