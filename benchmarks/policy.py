@@ -52,6 +52,7 @@ from benchmarks.policy_matrix import (  # noqa: E402
     DEFAULT_CAP,
     DEFAULT_HANG,
     DEFAULT_PAUSE_INVISIBLE,
+    DEFAULT_REACTIVATE,
     DEFAULT_RESUME,
     MODELS,
     START,
@@ -224,7 +225,7 @@ def run_matrix(tasks: Sequence[Task], trace: str, jobs: int, is_ref: Callable[[T
 
 # ------------------------------------------------------------------------------------- records
 RECORD_DEFAULTS = {"cap": DEFAULT_CAP, "resume": DEFAULT_RESUME, "stall_share": None,
-                   "pause_invisible": DEFAULT_PAUSE_INVISIBLE, "hang": DEFAULT_HANG}
+                   "pause_invisible": DEFAULT_PAUSE_INVISIBLE, "hang": DEFAULT_HANG, "reactivate": DEFAULT_REACTIVATE}
 
 
 def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -248,7 +249,8 @@ def run_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
     """What one run of a matrix is: its window, world and label (a normalized record)."""
     share = r.get("stall_share")
     return (r["start"], float(r["hours"]), r["model"], int(r["seed"]), float(r["rate"]), r["label"], float(r["cap"]),
-            float(r["resume"]), None if share is None else float(share), float(r["pause_invisible"]), float(r["hang"]))
+            float(r["resume"]), None if share is None else float(share), float(r["pause_invisible"]), float(r["hang"]),
+            float(r["reactivate"]))
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str:
@@ -269,7 +271,7 @@ def _matrix_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
     share = r.get("stall_share")
     return (r["start"], float(r["hours"]), rank[0], int(r["seed"]), float(r["rate"]), float(r["resume"]), rank[1],
             bool(r["stall_reclaim"]), float(r["cap"]), -1.0 if share is None else float(share),
-            float(r["pause_invisible"]), float(r["hang"]))
+            float(r["pause_invisible"]), float(r["hang"]), float(r["reactivate"]))
 
 
 def _ordered(values: Iterable[Any], order: Sequence[Any] = ()) -> list[Any]:

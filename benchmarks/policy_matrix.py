@@ -26,6 +26,7 @@ DEFAULT_CAP = SimConfig().ray_max_quota_factor
 DEFAULT_RESUME = DEFAULT_RESUME_SHARE
 DEFAULT_PAUSE_INVISIBLE = SimConfig().pause_invisible_share
 DEFAULT_HANG = SimConfig().hang_share
+DEFAULT_REACTIVATE = SimConfig().reactivate_share
 RATE = 0.01  # the one GPU failure rate by default (a pod on a failed GPU keeps running: the rate moves little)
 START = "2017-10-03"  # the page's window starts where the utilization models were calibrated
 # the window benchmarks/utilization_fit.py calibrated the models on (start, hours): held-out weeks lie outside it
@@ -62,6 +63,7 @@ class Task:
     stall_share: float | None = None
     pause_invisible: float = DEFAULT_PAUSE_INVISIBLE
     hang: float = DEFAULT_HANG
+    reactivate: float = DEFAULT_REACTIVATE
 
     @property
     def label(self) -> str:
@@ -86,7 +88,7 @@ def sim_config(task: Task) -> SimConfig:
     handling and Ray's view of a stall (what ``queuepilot simulate`` runs with the same flags)."""
     return SimConfig(seed=task.seed, gpu_failure_rate=task.rate, ray_max_quota_factor=task.cap,
                      stall_reclaim=task.stall_reclaim, pause_invisible_share=task.pause_invisible,
-                     hang_share=task.hang)
+                     hang_share=task.hang, reactivate_share=task.reactivate)
 
 
 def simulate_command(task: Task) -> str:
@@ -105,6 +107,8 @@ def simulate_command(task: Task) -> str:
         parts.append(f"--pause-invisible-share {task.pause_invisible:g}")
     if task.hang != DEFAULT_HANG:
         parts.append(f"--hang-share {task.hang:g}")
+    if task.reactivate != DEFAULT_REACTIVATE:
+        parts.append(f"--reactivate-share {task.reactivate:g}")
     return " ".join(parts)
 
 

@@ -21,6 +21,7 @@ from benchmarks.policy_matrix import (
     DEFAULT_CAP,
     DEFAULT_HANG,
     DEFAULT_PAUSE_INVISIBLE,
+    DEFAULT_REACTIVATE,
     DEFAULT_RESUME,
     MODELS,
     QUOTA,
@@ -121,11 +122,13 @@ class Scenario:
     stall_share: float | None = None
     pause_invisible: float = DEFAULT_PAUSE_INVISIBLE
     hang: float = DEFAULT_HANG
+    reactivate: float = DEFAULT_REACTIVATE
 
     def order(self) -> tuple[Any, ...]:
         m = MODELS.index(self.model) if self.model in MODELS else len(MODELS)
         return (self.start, self.hours, m, self.model, self.cap, self.resume,
-                -1.0 if self.stall_share is None else self.stall_share, self.pause_invisible, self.hang)
+                -1.0 if self.stall_share is None else self.stall_share, self.pause_invisible, self.hang,
+                self.reactivate)
 
 
 def scenario_of(r: Mapping[str, Any]) -> Scenario:
@@ -135,7 +138,8 @@ def scenario_of(r: Mapping[str, Any]) -> Scenario:
     return Scenario(str(r.get("start", START)), float(r.get("hours", 720.0)), r["model"],
                     float(r.get("cap", DEFAULT_CAP)), float(r.get("resume", DEFAULT_RESUME)),
                     None if share is None else float(share),
-                    float(r.get("pause_invisible", DEFAULT_PAUSE_INVISIBLE)), float(r.get("hang", DEFAULT_HANG)))
+                    float(r.get("pause_invisible", DEFAULT_PAUSE_INVISIBLE)), float(r.get("hang", DEFAULT_HANG)),
+                    float(r.get("reactivate", DEFAULT_REACTIVATE)))
 
 
 def yardstick_key(r: Mapping[str, Any]) -> tuple[Any, ...]:

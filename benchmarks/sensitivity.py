@@ -13,8 +13,11 @@ not calibrated on), for ``queuepilot-reclaim+stall`` against ``reaper``, ``ray-i
 - the **worker cap** (a team RayCluster's maxReplicas / its nominal quota), 1, 2, 4;
 - what Ray shows of a long idle run, which decides what Ray-aware detection can do: the **pause-invisible
   share** (pauses during which nothing runs or waits on the cluster) and the **hang share** (final stalls
-  during which a task still runs).  Only stall handling reads them: ray-idle and the reaper run once at the
-  defaults and stand for every value of these two.
+  during which a task still runs);
+- the **reactivate share** (owners who bring a deactivated workload back by reactivating its Workload, whose
+  history then holds a second deactivation, rather than by creating the job anew), 0, 0.5, 1.
+  Only stall handling reads these three: ray-idle and the reaper run once at the defaults and stand for every
+  value of them.
 
 Writes ``results/sensitivity.md`` (per knob: where each target holds and where it breaks, week by week, and
 the means behind it), ``sensitivity.json`` and ``sensitivity_<knob>.png`` (killed GPU-hours, idle reclaimed
@@ -48,6 +51,7 @@ from benchmarks.policy_matrix import (  # noqa: E402
     DEFAULT_CAP,
     DEFAULT_HANG,
     DEFAULT_PAUSE_INVISIBLE,
+    DEFAULT_REACTIVATE,
     DEFAULT_RESUME,
     HELD_OUT,
     RATE,
@@ -81,8 +85,10 @@ KNOBS: dict[str, tuple[str, tuple[float, ...], float]] = {
     "cap": ("worker cap (maxReplicas / nominal quota)", (1.0, 2.0, 4.0), DEFAULT_CAP),
     "pause_invisible": ("pause-invisible share (pauses Ray shows nothing of)", (0.0, 0.2, 0.5), DEFAULT_PAUSE_INVISIBLE),
     "hang": ("hang share (final stalls with a task still running)", (0.0, 0.1, 0.3), DEFAULT_HANG),
+    "reactivate": ("reactivate share (owners who bring a deactivated workload back by reactivating it)",
+                   (0.0, 0.5, 1.0), DEFAULT_REACTIVATE),
 }
-RAY_VIEW = ("pause_invisible", "hang")  # only stall handling reads them
+RAY_VIEW = ("pause_invisible", "hang", "reactivate")  # only stall handling reads them
 # the targets judged at every point (the stall targets at every resume share, not only 0.25 and 0.5)
 TARGET_KEYS = ("stall_killed", "stall_reclaimed", "stall_delivered", "killed_work", "total_idle")
 
@@ -134,8 +140,8 @@ def point_of(r: Mapping[str, Any]) -> tuple[str, float] | None:
     if r.get("stall_share") is not None:
         base = fitted_share(r["model"]) or 1.0
         return ("stall_share", round(float(r["stall_share"]) / base, 3))
-    for knob in ("resume", "cap", "pause_invisible", "hang"):
-        if float(r[knob]) != KNOBS[knob][2]:
+    for knob in ("resume", "cap", "pause_invisible", "hang", "reactivate"):
+        if float(r.get(knob, KNOBS[knob][2])) != KNOBS[knob][2]:
             return (knob, float(r[knob]))
     return None
 
@@ -248,8 +254,9 @@ def render(data: Mapping[str, Any]) -> str:
              f"GPU-idle rule), `{BASELINE}` the yardstick of what is reclaimed. One knob moves at a time, the others at "
              "the simulator's defaults (stall share the model's own, resume share "
              f"{DEFAULT_RESUME:g}, worker cap {DEFAULT_CAP:g}, pause-invisible share {DEFAULT_PAUSE_INVISIBLE:g}, hang "
-             f"share {DEFAULT_HANG:g}); ray-idle and the reaper do not read Ray's view of a stall, so their runs at the "
-             "default pause-invisible and hang shares stand for every value of those two. Knobs swept: "
+             f"share {DEFAULT_HANG:g}, reactivate share {DEFAULT_REACTIVATE:g}); ray-idle and the reaper read neither "
+             "Ray's view of a stall nor a Workload's history, so their runs at the defaults stand for every value of "
+             "those three. Knobs swept: "
              + "; ".join(f"{KNOBS[k][0]}: {', '.join(f'{v:g}' for v in vs)}" for k, vs in sweeps.items()) + ".",
              "",
              "Each cell: on how many weeks the target holds at that value, and the worst week's value; then the "
@@ -258,7 +265,7 @@ def render(data: Mapping[str, Any]) -> str:
              "share (the policy page judges them at 0.25 and 0.5). Every run: `queuepilot simulate --start WEEK "
              f"--hours {meta['hours']:g} --util-model M --seed {meta['seed']} --policies P [--stall-reclaim] "
              "[--stall-share F] [--stall-resume-share F] [--worker-cap-factor F] [--pause-invisible-share F] "
-             "[--hang-share F]`.", ""]
+             "[--hang-share F] [--reactivate-share F]`.", ""]
     for model in meta["models"]:
         for knob, values in sweeps.items():
             if knob == "stall_share" and fitted_share(model) is None:

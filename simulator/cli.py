@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resubmit-after", type=duration, default=SimConfig().resubmit_after_s, metavar="DURATION",
                    help="a running workload deactivated with work left is submitted again by its owner this long "
                         "after, to run from scratch")
+    p.add_argument("--reactivate-share", type=share, default=SimConfig().reactivate_share, metavar="F",
+                   help="the share of owners who bring a deactivated workload back by reactivating its Workload "
+                        "(Kueue then keeps the deactivation in its schedulingStats), not by creating the job anew")
     p.add_argument("--placement", choices=PLACEMENTS, default=SimConfig().placement,
                    help="the scheduler's node choice: spread (kube-scheduler's default, LeastAllocated) or pack")
     p.add_argument("--pods-ready-timeout", type=duration, default=SimConfig().pods_ready_timeout_s,
@@ -206,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                       stall_deactivate_after_s=args.stall_deactivate_after,
                       reclaim_budget_per_hour=args.reclaim_budget, resubmit_after_s=args.resubmit_after,
                       placement=args.placement, pods_ready_timeout_s=args.pods_ready_timeout or None,
-                      pause_invisible_share=args.pause_invisible_share, hang_share=args.hang_share)
+                      pause_invisible_share=args.pause_invisible_share, hang_share=args.hang_share,
+                      reactivate_share=args.reactivate_share)
         window = load_window(args.trace, args.start, args.hours, args.seed, cfg.nodes * cfg.gpus_per_node,
                              util_model=args.util_model, resume_share=args.stall_resume_share,
                              stall_share=args.stall_share)
@@ -235,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         "stall_share": stall_share_of(args.util_model, args.stall_share),
         "placement": cfg.placement, "pods_ready_timeout_s": cfg.pods_ready_timeout_s,
         "pause_invisible_share": cfg.pause_invisible_share, "hang_share": cfg.hang_share,
+        "reactivate_share": cfg.reactivate_share,
     }
     out = results(engines, meta, recommendations)
     text = json.dumps(out, indent=2, sort_keys=True)

@@ -130,6 +130,10 @@ class SimConfig:
     # a running workload deactivated with work left is submitted again by its owner this long after,
     # to run from scratch (``--resubmit-after``)
     resubmit_after_s: float = 1800.0
+    # the share of owners who bring a deactivated workload back by reactivating its Workload (spec.active
+    # true, as the deactivation Event tells them: Kueue's schedulingStats then count the deactivation), not
+    # by creating the job anew (a Workload with no history); ``--reactivate-share``
+    reactivate_share: float = 0.5
     # the reaper baseline's rule (what users run today: every GPU of a workload under 5 % for 2 h)
     reaper_idle_s: float = 7200.0
     # what Ray shows of a RayJob in a long idle run (docs/simulation.md, "Ray's view of a stall"): the
@@ -681,12 +685,15 @@ class Engine:
             self.metrics.jobs_completed += 1
         else:
             self.metrics.resubmitted += 1
-            self.push(self.now + self.cfg.resubmit_after_s, "resubmit", (w.job, w.attempt + 1))
+            self.push(self.now + self.cfg.resubmit_after_s, "resubmit", (w.job, w.attempt + 1, w.deactivations))
         self._stop_rayjob(w, killed=True)
 
-    def _on_resubmit(self, data: tuple[Job, int]) -> None:
-        job, attempt = data
-        w = SimWorkload(job, f"cq-{job.team}", created=self.now, queue_ts=self.now, attempt=attempt)
+    def _on_resubmit(self, data: tuple[Job, int, int]) -> None:
+        job, attempt, before = data
+        # reactivated (the Workload keeps its history) or created anew, per job, apart from the run's stream
+        reactivated = self._job_draw(job, 3) < self.cfg.reactivate_share
+        w = SimWorkload(job, f"cq-{job.team}", created=self.now, queue_ts=self.now, attempt=attempt,
+                        deactivations=before + 1 if reactivated else 0)
         self.workloads[w.name] = w
         self.kueue.submit(w)
         self.request_pass()

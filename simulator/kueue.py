@@ -55,6 +55,9 @@ class SimWorkload:
     pods_ready_requeues: int = 0  # evictions by waitForPodsReady (Kueue's requeueState.count)
     admission_lost_at: float | None = None  # when an admitted workload was last evicted (Admitted False)
     attempt: int = 0  # 0: as first submitted; n: its owner's n-th resubmission after a deactivation
+    # the deactivations its Workload's schedulingStats count: brought back by reactivation, it keeps them;
+    # created anew, it starts with none
+    deactivations: int = 0
     version: int = 0
     # derived from the job once (a month builds millions of snapshots and queue scans)
     name: str = field(init=False, default="")  # rayjob-<id>

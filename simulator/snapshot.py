@@ -178,6 +178,8 @@ class SimSnapshotBuilder:
             # owned by its RayJob, by the name its pods carry (``<rayjob>-<i>``), so the stall
             # detector attributes the pods' GPUs to it as the deployed controller does
             checks=checks, owner_kind="RayJob", owner_name=w.name,
+            # Kueue's schedulingStats: the deactivations a reactivated Workload keeps (engine ``_on_resubmit``)
+            deactivations=w.deactivations,
         )
         self._workloads[key] = (w.version, state)
         return state

@@ -14,7 +14,7 @@ from tests.simulate.policy_records import record, source
 def K(model: str, seed: int, rate: float, label: str, resume: float = 0.25, start: str = "2017-10-03",
       hours: float = 720.0) -> tuple:
     """A run's key at the simulator's defaults but what is named."""
-    return (start, hours, model, seed, rate, label, 2.0, resume, None, 0.2, 0.1)
+    return (start, hours, model, seed, rate, label, 2.0, resume, None, 0.2, 0.1, 0.5)
 
 
 def test_disjoint_sources_give_their_union_with_each_runs_commit() -> None:
@@ -50,7 +50,7 @@ def test_sources_that_disagree_on_a_run_are_refused_with_the_first_difference() 
     a = source("aaa", [record("grounded", 1, 0.01, "ray-idle", by={"empty": 1.0, "stalled": 2.0})])
     b = source("bbb", [record("grounded", 1, 0.01, "ray-idle", by={"empty": 1.0, "stalled": 2.5})])
     with pytest.raises(ValueError, match=r"b\.json and a\.json disagree on \('2017-10-03', 720\.0, 'grounded', 1, "
-                                         r"0\.01, 'ray-idle', 2\.0, 0\.25, None, 0\.2, 0\.1\): by\.stalled: 2\.0 against 2\.5"):
+                                         r"0\.01, 'ray-idle', 2\.0, 0\.25, None, 0\.2, 0\.1, 0\.5\): by\.stalled: 2\.0 against 2\.5"):
         policy.merge([("a.json", a), ("b.json", b)], "merge")
 
 

@@ -16,9 +16,10 @@ WEEKS = ("2017-11-02", "2017-11-30")
 def test_the_sweep_moves_one_knob_at_a_time_and_runs_the_yardsticks_only_where_they_read_the_knob() -> None:
     tasks = sens.build(sens.HELD_OUT, ["grounded"], 1, 0.01, 168.0, {k: v[1] for k, v in sens.KNOBS.items()})
     per_week = Counter(t.start for t in tasks)
-    # centre 3; stall share 0.5x, 1.5x x 3; resume 0, 0.5, 0.75 x 3; cap 1, 4 x 3; pause-invisible, hang 2 x 1
-    assert per_week == {w: 3 + 6 + 9 + 6 + 2 + 2 for w in sens.HELD_OUT}
-    off = [t for t in tasks if t.pause_invisible != 0.2 or t.hang != 0.1]
+    # centre 3; stall share 0.5x, 1.5x x 3; resume 0, 0.5, 0.75 x 3; cap 1, 4 x 3; pause-invisible, hang,
+    # reactivate 2 x 1
+    assert per_week == {w: 3 + 6 + 9 + 6 + 2 + 2 + 2 for w in sens.HELD_OUT}
+    off = [t for t in tasks if t.pause_invisible != 0.2 or t.hang != 0.1 or t.reactivate != 0.5]
     assert {t.label for t in off} == {"queuepilot-reclaim+stall"}
     shares = sorted({t.stall_share for t in tasks if t.stall_share is not None})
     assert shares == [0.185, 0.555]  # 0.5x and 1.5x grounded's fitted 0.37; 1x is the centre

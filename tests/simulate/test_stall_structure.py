@@ -79,8 +79,9 @@ def test_ray_aware_stall_handling_holds_a_pause_ray_sees_and_deactivates_a_final
     s = held.metrics.summary()
     assert (s["deactivated_workloads"], s["killed_gpu_hours"], s["completed_jobs"]) == (0, 0.0, 1)
     assert held.writer.event_counts[("Workload", "Normal", "StallDeactivationHeld")] >= 1
-    hidden = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=1.0)
-    assert hidden.metrics.summary()["deactivated_workloads"] == 3  # a pause Ray does not see goes (as the reaper)
+    hidden = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=1.0, reactivate_share=0.0)
+    # a pause Ray does not see goes (as the reaper), and each time the job comes back as a new Workload
+    assert hidden.metrics.summary()["deactivated_workloads"] == 3
     final = _run("queuepilot", _job(2 * H, None), stall_reclaim=True, hang_share=0.0)
     f = final.metrics.summary()
     # deactivated once every GPU was idle 2 h and Ray quiet: its work was done, nothing lost or resubmitted
@@ -88,6 +89,19 @@ def test_ray_aware_stall_handling_holds_a_pause_ray_sees_and_deactivates_a_final
         1, 0, 0.0, 1)
     hung = _run("queuepilot", _job(2 * H, None), stall_reclaim=True, hang_share=1.0)
     assert hung.metrics.summary()["deactivated_workloads"] == 0  # a task still runs: no verdict to kill
+
+
+def test_a_workload_its_owner_reactivated_is_not_killed_in_the_same_pause_again():
+    """Brought back by reactivation, the Workload's history (Kueue's schedulingStats) holds the deactivation:
+    the controller holds the second one, the job runs through its pause and completes; the reaper, which reads
+    no history, kills it on every return."""
+    back = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=1.0, reactivate_share=1.0)
+    s = back.metrics.summary()
+    assert (s["deactivated_workloads"], s["resubmitted_workloads"], s["completed_jobs"]) == (1, 1, 1)
+    assert s["killed_gpu_hours"] == pytest.approx(8 * 1.0, abs=0.5)  # the first hour of work, once
+    assert back.writer.event_counts[("Workload", "Normal", "StallDeactivationHeld")] >= 1
+    reaper = _run("reaper", _job(H, 4 * H), reactivate_share=1.0).metrics.summary()
+    assert (reaper["deactivated_workloads"], reaper["completed_jobs"]) == (3, 0)
 
 
 def _draws(model: PhasedModel, n: int = 2000, seed: int = 11):
