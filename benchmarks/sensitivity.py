@@ -85,8 +85,7 @@ KNOBS: dict[str, tuple[str, tuple[float, ...], float]] = {
     "cap": ("worker cap (maxReplicas / nominal quota)", (1.0, 2.0, 4.0), DEFAULT_CAP),
     "pause_invisible": ("pause-invisible share (pauses Ray shows nothing of)", (0.0, 0.2, 0.5), DEFAULT_PAUSE_INVISIBLE),
     "hang": ("hang share (final stalls with a task still running)", (0.0, 0.1, 0.3), DEFAULT_HANG),
-    "reactivate": ("reactivate share (owners who bring a deactivated workload back by reactivating it)",
-                   (0.0, 0.5, 1.0), DEFAULT_REACTIVATE),
+    "reactivate": ("reactivate share (owners who reactivate, not recreate)", (0.0, 0.5, 1.0), DEFAULT_REACTIVATE),
 }
 RAY_VIEW = ("pause_invisible", "hang", "reactivate")  # only stall handling reads them
 # the targets judged at every point (the stall targets at every resume share, not only 0.25 and 0.5)
