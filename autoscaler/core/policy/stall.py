@@ -454,7 +454,7 @@ def _held_by(wl: WorkloadState, ev: Evidence, quiet_since: float | None, config:
              now: float) -> tuple[str, str]:
     """Why the evidence holds a due deactivation back ("" when it lets it go), and the kind of hold (the
     evidence's kind, or ``reactivated``: a new kind is reported again)."""
-    why = ""
+    why, kind = "", str(ev.kind)
     if ev.kind == "serving":
         why = "" if config.deactivate_serving else "a serving workload is not deactivated (stall.deactivate_serving)"
     elif ev.kind == "active":
@@ -464,9 +464,9 @@ def _held_by(wl: WorkloadState, ev: Evidence, quiet_since: float | None, config:
     elif wl.deactivations and config.reactivated == "hold" and ev.kind in ("quiet", "none"):
         # its owner brought it back after a deactivation: the job is wanted, and a pause Ray does not see
         # looks the same as the last one; an ended Ray job (``finished``) still goes
-        return (f"reactivated after {wl.deactivations} deactivation(s) (Kueue's schedulingStats): only an "
-                "ended Ray job deactivates it again (stall.reactivated)", "reactivated")
+        why, kind = (f"reactivated after {wl.deactivations} deactivation(s) (Kueue's schedulingStats): only an "
+                     "ended Ray job deactivates it again (stall.reactivated)", "reactivated")
     elif ev.kind == "quiet" and quiet_since is not None and now - quiet_since < config.ray_quiet_seconds:
         why = (f"Ray quiet for {format_duration(now - quiet_since)} of the {format_duration(config.ray_quiet_seconds)} "
                "it must be (stall.ray_quiet)")
-    return why, ev.kind if why else ""
+    return why, kind if why else ""
