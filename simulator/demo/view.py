@@ -259,8 +259,9 @@ def hint_lines(world: DemoWorld) -> list[str]:
     return [
         f"! {key} ({gpus_} GPUs){more} waiting on Fragmented for {_duration(waited)}: 1-GPU workers keep "
         "every node partly used.",
-        "  What to do: reserve whole nodes for multi-GPU / multi-node workloads with a ResourceFlavor of "
-        f"their own; enable idle reclaim ({RECLAIM_ANNOTATION}: \"true\") or stall deactivation.",
+        "  What to do: score GPU nodes MostAllocated (bin-pack); reserve whole nodes for multi-GPU / "
+        "multi-node workloads with a ResourceFlavor of their own; enable idle reclaim "
+        f"({RECLAIM_ANNOTATION}: \"true\") or stall deactivation.",
     ]
 
 

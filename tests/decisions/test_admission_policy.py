@@ -247,6 +247,7 @@ def test_a_workload_that_keeps_failing_on_fragmentation_is_told_what_to_do():
     assert "ResourceFlavor" not in first.message
     assert f"fragmented on {FRAGMENTED_HINT_AFTER + 1} tries" in later.message
     assert "reserve whole nodes" in later.message and "reclaim-idle-actors" in later.message
+    assert "score GPU nodes MostAllocated" in later.message and "MostAllocated" not in first.message
     # not for a workload that is short of GPUs altogether: more blocks would not help it
     big = workload("big", [("main", 4, 8)])
     short = only(decide(snapshot(FOUR_NODES, [big]), history={big.key: 10}))

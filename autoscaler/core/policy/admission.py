@@ -294,7 +294,8 @@ def _decide(
                                for ps, n in sorted(result.unplaced.items()) if n)
             reason = R.INSUFFICIENT_GPUS if free < needed else R.FRAGMENTED
             if reason == R.FRAGMENTED and attempts >= FRAGMENTED_HINT_AFTER:
-                detail += (f"; fragmented on {attempts + 1} tries: reserve whole nodes for multi-GPU workloads "
+                detail += (f"; fragmented on {attempts + 1} tries: score GPU nodes MostAllocated (a scheduler "
+                           "profile that bin-packs nvidia.com/gpu), reserve whole nodes for multi-GPU workloads "
                            "(a ResourceFlavor of their own), or let idle Ray workers go "
                            '(queuepilot.io/reclaim-idle-actors: "true", stall deactivation)')
             return retry(reason, detail, infeasible), None
