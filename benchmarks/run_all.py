@@ -10,7 +10,8 @@ ran, each benchmark's exit status and seconds, and the wall time of the whole ru
 - full (``--full``): the same, the idle-actor reclaim budget sweep, the whole policy matrix
   (``policy.py``: the Philly month under every model, seed 1, and the four held-out weeks) ->
   ``policy.*``, the sensitivity of the stall targets over the held-out weeks (``sensitivity.py``) ->
-  ``sensitivity.*``, and the stall deactivation delay sweeps (grounded, serving).  It takes what it takes
+  ``sensitivity.*``, node scoring beside the admission check (``placement.py``) -> ``placement.*``, and the
+  stall deactivation delay sweeps (grounded, serving).  It takes what it takes
   (``policy.py --plan`` and ``sensitivity.py --plan`` estimate it); its pages say how long.
 
 Benchmarks report, they never assert: speeds and memory are compared side by side in each table, with
@@ -56,6 +57,8 @@ FULL: tuple[Benchmark, ...] = (
     ("policy quality, the whole matrix and the held-out weeks (simulator)", "policy.py", ()),
     # the stall targets against the reaper as each unrecorded assumption moves, over the held-out weeks
     ("stall targets' sensitivity, held-out weeks (simulator)", "sensitivity.py", ()),
+    # the admission targets' yardstick under the other node scoring a user can configure (MostAllocated)
+    ("node scoring beside the admission check, five weeks (simulator)", "placement.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
     # the same under the serving model, longer delays

@@ -36,12 +36,15 @@ def test_the_check_is_read_beside_the_packed_scheduler(tmp_path) -> None:
               ("queuepilot", "pack"): _summary(700.0, 50.0)},
     })
     text = page.render(data)
-    # a: 0.5x gang, 1.0x others under spread (met); 1.0x under pack (gang not met); kueue-quota packed 0.01x
-    assert "| a | 0.50x, 1.00x | met | 1.00x, 1.00x | not met | 0.01x | 50.00x, 100.00x |" in text
+    # a: 0.5x gang, 1.0x others under spread (met); under pack kueue-quota's gangs wait 10 / 20 s: nothing
+    # to cut; kueue-quota packed has 0.01x its own gang tail
+    assert "| a | 0.50x, 1.00x | met | 1.00x, 1.00x | no gang wait to cut | 0.01x | 50.00x, 100x |" in text
     # b: single_pod 3x under spread; 0.78x gang under pack (met); the check beats the packed quota's gang tail
     assert "| b | 0.60x, 3.00x | not met | 0.78x, 1.00x | met | 0.90x | 0.67x, 6.00x |" in text
-    assert "on 1 of 2 weeks; under MostAllocated on 1 of 2." in text
-    assert "admits 2 unplaceable workloads over the 2 weeks" in text and "0.01x-0.90x" in text
+    assert "on 1 of 2 weeks; under MostAllocated on 1 of 2; on 1 of 2 there is no gang wait to cut" in text
+    assert "admits 2 unplaceable workloads over the 2 weeks" in text
+    assert "is at most 1,800 s there, against 2,000-2,000 s under the default scoring." in text
+    assert "both policies: 1.00x-1.00x over the 4 pairs of runs." in text
     assert "kueue-quota under MostAllocated on 1 of 2 weeks: the check keeps a gain there." in text
     assert "| queuepilot | MostAllocated | 50 / 100 | 700 / 1,400 | 100 | 0 | 0 | 0 | 5,000 | 9,000 |" in text
     page.plot(tmp_path / "p.png", data)
@@ -52,7 +55,7 @@ def test_a_missing_run_reads_as_not_measured() -> None:
     data = _data({"a": {("queuepilot", "spread"): _summary(500.0, 100.0)}})
     text = page.render(data)
     assert "| a | n/a, n/a | n/a | n/a, n/a | n/a | n/a | n/a, n/a |" in text
-    assert "on 0 of 1 weeks; under MostAllocated on 0 of 1." in text
+    assert "on 0 of 1 weeks; under MostAllocated on 0 of 1; on 0 of 1 there is no gang wait" in text
 
 
 def test_the_plan_runs_both_policies_under_both_scorings_per_week() -> None:

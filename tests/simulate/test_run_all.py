@@ -22,6 +22,7 @@ def test_the_full_set_runs_the_whole_matrix_after_the_sweep_its_page_quotes() ->
     assert ("policy.py", ()) in full and ("policy.py", ("--quick",)) not in full
     assert full.index(("reclaim_budget.py", ())) < full.index(("policy.py", ()))
     assert ("sensitivity.py", ()) in full and ("sensitivity.py", ()) not in _scripts(run_all.QUICK)
+    assert ("placement.py", ()) in full and ("placement.py", ()) not in _scripts(run_all.QUICK)
     for _, script, _ in run_all.FULL:
         assert (run_all.HERE / script).is_file(), script
 
