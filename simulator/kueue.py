@@ -60,13 +60,16 @@ class SimWorkload:
     deactivations: int = 0
     version: int = 0
     # derived from the job once (a month builds millions of snapshots and queue scans)
-    name: str = field(init=False, default="")  # rayjob-<id>
+    name: str = field(init=False, default="")  # rayjob-<id>, -r<attempt> after a resubmission
+    # the RayJob (the Workload's owner): its owner creates it again under the same name
+    job_name: str = field(init=False, default="")  # rayjob-<id>
     namespace: str = field(init=False, default="")  # the job's team
     gpus: int = field(init=False, default=0)  # pods x GPUs per pod
     uid: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
-        self.name = f"rayjob-{self.job.id}" + (f"-r{self.attempt}" if self.attempt else "")
+        self.job_name = f"rayjob-{self.job.id}"
+        self.name = self.job_name + (f"-r{self.attempt}" if self.attempt else "")
         self.namespace = self.job.team
         self.gpus = self.job.pods * self.job.gpus_per_pod
         self.uid = f"uid-{self.job.id}"

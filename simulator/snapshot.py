@@ -175,9 +175,10 @@ class SimSnapshotBuilder:
             requeued_at=w.requeued_at, admission_lost_at=w.admission_lost_at,
             flavors=frozen_map({POD_SET: frozen_map({GPU_RESOURCE: w.flavor})}) if w.flavor else frozen_map(),
             admitted_counts=frozen_map({POD_SET: w.job.pods}) if reserved else frozen_map(),
-            # owned by its RayJob, by the name its pods carry (``<rayjob>-<i>``), so the stall
-            # detector attributes the pods' GPUs to it as the deployed controller does
-            checks=checks, owner_kind="RayJob", owner_name=w.name,
+            # owned by its RayJob (the same name when its owner creates it again: ``job_name``); the
+            # RayJob's cluster names it, so the stall detector attributes the pods' GPUs to it as the
+            # deployed controller does
+            checks=checks, owner_kind="RayJob", owner_name=w.job_name,
             # Kueue's schedulingStats: the deactivations a reactivated Workload keeps (engine ``_on_resubmit``)
             deactivations=w.deactivations,
         )
@@ -280,11 +281,11 @@ class SimSnapshotBuilder:
                                  max_replicas=w.job.pods, gpus_per_worker=w.job.gpus_per_pod)
         rc = RayClusterState(
             namespace=w.namespace, name=cluster, uid=f"uid-{cluster}", resource_version="1",
-            annotations=_RAYJOB_ANNOTATIONS, labels=frozen_map({RAY_ORIGIN_NAME_LABEL: w.name,
+            annotations=_RAYJOB_ANNOTATIONS, labels=frozen_map({RAY_ORIGIN_NAME_LABEL: w.job_name,
                                                                 RAY_ORIGIN_KIND_LABEL: "RayJob"}),
             groups=(group,), created_at=start,
         )
-        out = (RayJobState(w.namespace, w.name, w.uid, job_status="RUNNING", deployment_status="Running",
+        out = (RayJobState(w.namespace, w.job_name, w.uid, job_status="RUNNING", deployment_status="Running",
                            cluster_name=cluster), RayClusterView(rc, None), tuple(pods))
         self._rayjob_pods[w.name] = (start, out)
         return out

@@ -41,6 +41,8 @@ from autoscaler.core.policy.stall import (
     StallResult,
     StallTrack,
     decide_stalls,
+    owner_key,
+    remember_owner,
     stall_config,
 )
 from autoscaler.core.snapshot import ClusterSnapshot
@@ -59,6 +61,9 @@ class StallReconciler:
         self.writer = writer or writer_for(ctx)
         self.dry_run = self.writer.dry_run
         self.history: Mapping[str, StallTrack] = {}
+        # owner (namespace/kind/name) -> when we last deactivated a workload of it: a job created again
+        # under the same name is held as a reactivated one (stall.remember_owners; lost on restart)
+        self.owners: Mapping[str, float] = {}
         self.result: StallResult | None = None  # last pass's, for tests and the benchmark
         self.outcomes: list[tuple[StalledWorkload, WriteOutcome]] = []
         self._held = ""
@@ -66,7 +71,8 @@ class StallReconciler:
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
         # pure: in a worker thread for a large snapshot (nothing else touches this reconciler meanwhile)
-        result = await offload(snapshot_size(snapshot), decide_stalls, snapshot, self.config, self.history, now)
+        result = await offload(snapshot_size(snapshot), decide_stalls, snapshot, self.config, self.history, now,
+                               self.owners)
         self.result = result
         self.outcomes = []
         if result.held != self._held:
@@ -112,6 +118,7 @@ class StallReconciler:
             log.info("deactivating %s: %s %s; deciding again next pass", s.key, outcome.result, outcome.detail)
             return outcome.result == "skipped" and outcome.detail == "gone"
         self.ctx.counters.stall_deactivations.labels(cluster_queue=queue, mode="live").inc()
+        self.owners = remember_owner(self.owners, owner_key(s.namespace, s.owner_kind, s.owner_name), self.config, now)
         # an Event about a write names the version it was pinned to (Events are named after both)
         self.writer.post_event(replace(ref, resource_version=s.resource_version), "Warning",
                                R.STALLED_WORKLOAD_DEACTIVATED, s.message, now)

@@ -95,7 +95,7 @@ def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> No
                         # at least the window (30 min by default)
                         "deactivate_after": "3h", "deactivate_after_seconds": 10800,
                         "deactivate_serving": True, "without_ray_signal": "deactivate",
-                        "reactivated": "deactivate"}}[section]
+                        "reactivated": "deactivate", "remember_owners": "6h", "remember_owners_seconds": 0}}[section]
     parse = {"admission": admission_config, "scaling": scaling_defaults, "stall": stall_config}[section]
     for k in sorted(keys):
         if k in values:

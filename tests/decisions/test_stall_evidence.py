@@ -10,10 +10,13 @@ import pytest
 
 from autoscaler.core import reasons as R
 from autoscaler.core.policy.stall import (
+    MAX_OWNERS,
     StallConfig,
     StallTrack,
     decide_stalls,
+    owner_key,
     ray_clusters_to_watch,
+    remember_owner,
     stall_config,
 )
 from autoscaler.core.snapshot import GpuState, NodeState, PodKey, RayDemand, RayJobState, frozen_map
@@ -227,8 +230,54 @@ def test_a_reactivated_workload_off_ray_is_held_on_its_gpus_alone():
     assert (back.deactivate, back.evidence_kind) == (False, "none") and "reactivated after 1" in back.held
 
 
+# ------------------------------------------------------------------- a job created again under its name
+def _owners_due(snap, owners, config=OPT_IN, quiet_for: float | None = OPT_IN.ray_quiet_seconds):
+    hist = {KEY: StallTrack(NOW - D, None, reported=True, quiet_since=NOW - quiet_for if quiet_for else None)}
+    (s,) = decide_stalls(snap, config, hist, NOW, owners).stalled
+    return s
+
+
+def test_a_job_created_again_after_a_deactivation_is_held_as_a_reactivated_one():
+    """A new Workload (no Kueue history) of the RayJob name whose workload was deactivated an hour ago: a
+    quiet cluster is not enough; the report names the owner and when."""
+    gone = {owner_key("team-a", "RayJob", JOB): NOW - 3600.0}
+    s = _owners_due(_rayjob_world(), gone)
+    assert (s.deactivate, s.reason, s.evidence_kind) == (False, R.STALL_DEACTIVATION_HELD, "quiet")
+    assert f"RayJob {JOB} created again after a deactivation at" in s.held and "stall.remember_owners" in s.held
+    # an owner of another name, kind or namespace is not this one
+    for other in (owner_key("team-a", "RayJob", "other"), owner_key("team-a", "PyTorchJob", JOB),
+                  owner_key("team-b", "RayJob", JOB)):
+        assert _owners_due(_rayjob_world(), {other: NOW - 3600.0}).deactivate
+    # remembered for stall.remember_owners only; 0 remembers nothing; reactivated: deactivate judges it as any
+    assert _owners_due(_rayjob_world(), gone, replace(OPT_IN, remember_owners_seconds=3000.0)).deactivate
+    assert _owners_due(_rayjob_world(), gone, replace(OPT_IN, remember_owners_seconds=0.0)).deactivate
+    assert _owners_due(_rayjob_world(), gone, replace(OPT_IN, reactivated="deactivate")).deactivate
+    # an ended Ray job still goes
+    ended = _owners_due(_rayjob_world(running=None, busy=None, job_status="FAILED"), gone)
+    assert (ended.deactivate, ended.evidence_kind) == (True, "finished")
+
+
+def test_the_owners_remembered_are_pruned_and_bounded():
+    config = replace(OPT_IN, remember_owners_seconds=100.0)
+    owners = remember_owner({"ns/RayJob/old": 0.0, "ns/RayJob/kept": 50.0}, "ns/RayJob/new", config, 120.0)
+    assert owners == {"ns/RayJob/kept": 50.0, "ns/RayJob/new": 120.0}
+    assert remember_owner(owners, "ns/RayJob/kept", config, 130.0)["ns/RayJob/kept"] == 130.0  # renewed
+    assert remember_owner(owners, None, config, 120.0) == owners  # an owner unknown: nothing added
+    assert remember_owner({}, "ns/RayJob/x", replace(config, remember_owners_seconds=0.0), 1.0) == {}
+    assert owner_key("ns", "", "x") is None and owner_key("ns", "RayJob", "") is None
+    full = {f"ns/RayJob/j{i}": float(i) for i in range(MAX_OWNERS)}
+    after = remember_owner(full, "ns/RayJob/last", replace(config, remember_owners_seconds=86400.0), float(MAX_OWNERS))
+    assert len(after) == MAX_OWNERS and "ns/RayJob/j0" not in after and after["ns/RayJob/last"] == MAX_OWNERS
+
+
 def test_the_config_section_takes_reactivated():
     assert stall_config({"stall": {"reactivated": "Deactivate"}}).reactivated == "deactivate"
     assert StallConfig().reactivated == "hold"
     with pytest.raises(ValueError, match="reactivated"):
         stall_config({"stall": {"reactivated": "sometimes"}})
+    assert StallConfig().remember_owners_seconds == 86400.0
+    assert stall_config({"stall": {"remember_owners": "6h"}}).remember_owners_seconds == 6 * 3600.0
+    assert stall_config({"stall": {"remember_owners": 0}}).remember_owners_seconds == 0.0
+    for bad in ("-1h", "40d", True, "soon"):
+        with pytest.raises(ValueError, match="remember_owners"):
+            stall_config({"stall": {"remember_owners": bad}})

@@ -80,6 +80,9 @@ async def test_opted_in_the_workload_is_deactivated_so_kueue_releases_its_quota(
     before = world.get("Workload", "job-train")
     await rec.reconcile(world.snapshot(T0 + WINDOW), T0 + WINDOW)
     assert [o.result for _, o in rec.outcomes] == ["written"]
+    # the owner is remembered (stall.remember_owners): a job created again under its name is held
+    (owner,) = rec.owners.items()
+    assert owner == ("team-a/Job/train", T0 + WINDOW)
     after = world.get("Workload", "job-train")
     assert after["spec"]["active"] is False  # accepted by the Workload CRD's schema
     assert after["spec"]["podSets"] == before["spec"]["podSets"]  # nothing else touched
@@ -112,7 +115,7 @@ async def test_a_workload_changed_since_the_snapshot_is_decided_again(fake_api, 
     w["status"]["conditions"][0]["message"] = "changed"
     world.api.update_status(w)
     await rec.reconcile(snap, T0 + WINDOW)
-    assert [o.result for _, o in rec.outcomes] == ["conflict"]
+    assert [o.result for _, o in rec.outcomes] == ["conflict"] and not rec.owners  # not deactivated: not remembered
     assert world.get("Workload", "job-train")["spec"].get("active", True) is True
     await rec.reconcile(world.snapshot(T0 + WINDOW + 10), T0 + WINDOW + 10)
     assert [o.result for _, o in rec.outcomes] == ["written"]
@@ -147,7 +150,7 @@ async def test_dry_run_reports_the_would_be_deactivation_and_writes_nothing(fake
     rec = StallReconciler(ctx)
     for t in (T0, T0 + WINDOW, T0 + WINDOW + 30, T0 + WINDOW + 60):
         await rec.reconcile(world.snapshot(t), t)
-    assert not workload_patches(fake_api)
+    assert not workload_patches(fake_api) and not rec.owners
     assert world.get("Workload", "job-train")["spec"].get("active", True) is True
     assert sample(ctx.registry, "queuepilot_stall_deactivations_total",
                   {"cluster_queue": "cq-a", "mode": "dry_run"}) == 1

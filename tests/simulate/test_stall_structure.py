@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -58,9 +59,12 @@ def test_the_resume_share_turns_stalls_into_pauses_of_the_same_length():
         base.with_resume_share(1.5)
 
 
-def _run(policy: str, job: Job, **kw) -> Engine:
+def _run(policy: str, job: Job, *, remember_owners: float | None = None, **kw) -> Engine:
     cfg = SimConfig(nodes=1, teams=("team-a",), check_invariants=True, gpu_failure_rate=0.0, **kw)
     e = Engine([job], 12 * H, policy, cfg)
+    if remember_owners is not None:  # the controller's stall.remember_owners
+        assert e.stall is not None
+        e.stall.config = replace(e.stall.config, remember_owners_seconds=remember_owners)
     e.run()
     return e
 
@@ -79,8 +83,10 @@ def test_ray_aware_stall_handling_holds_a_pause_ray_sees_and_deactivates_a_final
     s = held.metrics.summary()
     assert (s["deactivated_workloads"], s["killed_gpu_hours"], s["completed_jobs"]) == (0, 0.0, 1)
     assert held.writer.event_counts[("Workload", "Normal", "StallDeactivationHeld")] >= 1
-    hidden = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=1.0, reactivate_share=0.0)
-    # a pause Ray does not see goes (as the reaper), and each time the job comes back as a new Workload
+    hidden = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=1.0, reactivate_share=0.0,
+                  remember_owners=0.0)
+    # a pause Ray does not see goes (as the reaper), and, with no memory of the owner, each time the job comes
+    # back as a new Workload
     assert hidden.metrics.summary()["deactivated_workloads"] == 3
     final = _run("queuepilot", _job(2 * H, None), stall_reclaim=True, hang_share=0.0)
     f = final.metrics.summary()
@@ -102,6 +108,22 @@ def test_a_workload_its_owner_reactivated_is_not_killed_in_the_same_pause_again(
     assert back.writer.event_counts[("Workload", "Normal", "StallDeactivationHeld")] >= 1
     reaper = _run("reaper", _job(H, 4 * H), reactivate_share=1.0).metrics.summary()
     assert (reaper["deactivated_workloads"], reaper["completed_jobs"]) == (3, 0)
+
+
+def test_a_job_created_again_under_its_name_is_not_killed_in_the_same_pause_again():
+    """Created anew (a new Workload, no history), the job keeps its RayJob's name: the controller remembers
+    the owner it deactivated (stall.remember_owners) and holds the second deactivation; the job completes."""
+    again = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=1.0, reactivate_share=0.0)
+    s = again.metrics.summary()
+    assert (s["deactivated_workloads"], s["resubmitted_workloads"], s["completed_jobs"]) == (1, 1, 1)
+    assert s["killed_gpu_hours"] == pytest.approx(8 * 1.0, abs=0.5)
+    assert again.stall is not None and list(again.stall.owners) == ["team-a/RayJob/rayjob-7"]
+    held = [m for m in again.context.published.last_decisions if "StallDeactivationHeld" in m]
+    assert held and "RayJob rayjob-7 created again after a deactivation" in held[-1]
+    # a memory shorter than the owner's way back (resubmitted 30 min after the deactivation) holds nothing
+    short = _run("queuepilot", _job(H, 4 * H), stall_reclaim=True, pause_invisible_share=1.0, reactivate_share=0.0,
+                 remember_owners=600.0)
+    assert short.metrics.summary()["deactivated_workloads"] == 3
 
 
 def _draws(model: PhasedModel, n: int = 2000, seed: int = 11):

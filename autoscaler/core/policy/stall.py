@@ -36,7 +36,10 @@ RayCluster is judged by its GPUs alone.  A workload its owner reactivated after 
 (``WorkloadState.deactivations``, from Kueue's ``status.schedulingStats``) is not deactivated again on
 GPU idleness or a quiet cluster, only once its Ray job ended (``reactivated: hold``, the default; a pause
 Ray cannot see would otherwise kill it each time it comes back); ``reactivated: deactivate`` judges it as
-any other.  A held deactivation is reported once per reason (``StalledWorkload.held``); every report
+any other.  A job its owner deleted and created again under the same name has a new Workload with no such
+history: the caller keeps the owners (namespace, kind, name) of the workloads it deactivated, with when,
+for ``remember_owners`` (``remember_owner``; in memory, so a restart forgets them), and a workload whose
+owner is among them is held the same way.  A held deactivation is reported once per reason (``StalledWorkload.held``); every report
 names the evidence that decided.
 
 ``ray_clusters_to_watch(snapshot, config)`` names the RayClusters whose Ray view such a deactivation
@@ -72,7 +75,9 @@ __all__ = [
     "StallTrack",
     "StalledWorkload",
     "decide_stalls",
+    "owner_key",
     "ray_clusters_to_watch",
+    "remember_owner",
     "stall_config",
     "workload_gpus",
 ]
@@ -80,6 +85,7 @@ __all__ = [
 MAX_LISTED = 1000  # entries in a deactivate_* list
 MIN_WINDOW_SECONDS = 60.0  # a shorter stall window would call a data-loading pause a stall
 MAX_SECONDS = 30 * 86400.0  # the longest window / deactivation delay
+MAX_OWNERS = 10_000  # deactivated owners remembered at most (the oldest go first)
 DEFAULT_DEACTIVATE_AFTER_SECONDS = 7200.0
 
 
@@ -110,6 +116,9 @@ class StallConfig:
     # a workload its owner reactivated after a deactivation (Kueue's schedulingStats): hold (only an ended
     # Ray job deactivates it again) | deactivate (judged as any other)
     reactivated: str = "hold"
+    # with ``reactivated: hold``: a job created again under the name of one deactivated less than this ago is
+    # held as a reactivated one (0: not remembered)
+    remember_owners_seconds: float = 86400.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -135,6 +144,9 @@ class StallConfig:
             raise ValueError(f"stall.without_ray_signal must be hold or deactivate, not {brief_repr(self.without_ray_signal)}")
         if self.reactivated not in ("hold", "deactivate"):
             raise ValueError(f"stall.reactivated must be hold or deactivate, not {brief_repr(self.reactivated)}")
+        r = self.remember_owners_seconds
+        if isinstance(r, bool) or not isinstance(r, int | float) or not 0 <= r <= MAX_SECONDS:
+            raise ValueError(f"stall.remember_owners must be a duration of at most 30 days, got {brief_repr(r)}")
         for name in ("deactivate_cluster_queues", "deactivate_namespaces"):
             items = getattr(self, name)
             if not isinstance(items, tuple) or len(items) > MAX_LISTED or not all(
@@ -169,8 +181,8 @@ def stall_config(settings: Mapping[str, object] | None) -> StallConfig:
     if not isinstance(section, Mapping):
         raise ValueError("config section 'stall' must be a mapping")
     names = {f.name for f in fields(StallConfig)}
-    known = sorted(names - {"window_seconds", "deactivate_after_seconds", "ray_quiet_seconds"}
-                   | {"window", "deactivate_after", "ray_quiet"})
+    known = sorted(names - {"window_seconds", "deactivate_after_seconds", "ray_quiet_seconds", "remember_owners_seconds"}
+                   | {"window", "deactivate_after", "ray_quiet", "remember_owners"})
     changes: dict[str, Any] = {}
     for key, raw in section.items():
         k = str(key).replace("-", "_")
@@ -179,6 +191,8 @@ def stall_config(settings: Mapping[str, object] | None) -> StallConfig:
                 changes[k] = parse_bool(raw)
             elif k in ("ray_quiet", "ray_quiet_seconds"):
                 changes["ray_quiet_seconds"] = parse_duration(raw)
+            elif k in ("remember_owners", "remember_owners_seconds"):
+                changes["remember_owners_seconds"] = parse_duration(raw)
             elif k in ("without_ray_signal", "reactivated"):
                 changes[k] = str(raw).strip().lower()
             elif k == "gpu_utilization":
@@ -350,10 +364,31 @@ def _sources(gpus: Sequence[GpuState]) -> str:
     return "/".join(sorted({g.utilization_source for g in gpus if g.utilization_source}))
 
 
+def owner_key(namespace: str, kind: str, name: str) -> str | None:
+    """``namespace/kind/name`` of a workload's owning job (None when its owner is not known): what a job
+    created again under the same name shares with the one before it."""
+    return f"{namespace}/{kind}/{name}" if kind and name else None
+
+
+def remember_owner(owners: Mapping[str, float], key: str | None, config: StallConfig, now: float) -> dict[str, float]:
+    """``owners`` (owner key -> when a workload of it was last deactivated) with ``key`` deactivated at
+    ``now``; entries older than ``config.remember_owners_seconds`` dropped, and at most ``MAX_OWNERS`` kept
+    (the most recent)."""
+    keep = {k: t for k, t in owners.items() if now - t < config.remember_owners_seconds}
+    if key is not None and config.remember_owners_seconds > 0:
+        keep.pop(key, None)
+        keep[key] = now
+    if len(keep) > MAX_OWNERS:
+        keep = dict(sorted(keep.items(), key=lambda kv: (kv[1], kv[0]))[-MAX_OWNERS:])
+    return keep
+
+
 def decide_stalls(
     snapshot: ClusterSnapshot, config: StallConfig, history: Mapping[str, StallTrack], now: float,
+    owners: Mapping[str, float] | None = None,
 ) -> StallResult:
-    """The stalled workloads of ``snapshot`` and the timers for the next pass (see the module doc)."""
+    """The stalled workloads of ``snapshot`` and the timers for the next pass (see the module doc).
+    ``owners``: the owners of workloads deactivated before (``remember_owner``), with when."""
     if not config.enabled:
         return StallResult((), frozen_map(), "the stall detector is off (stall.enabled: false)")
     if snapshot.gpu_signal_stale():
@@ -385,7 +420,8 @@ def decide_stalls(
         # report at the window, act at the delay (a stall that ends before it is never deactivated), and
         # only where what Ray says lets it go
         due = opted_in and not track.deactivated and stalled_for >= config.deactivate_after_seconds
-        why_not, held_kind = _held_by(wl, ev, quiet_since, config, now) if due else ("", "")
+        gone_at = _owner_deactivated_at(wl, owners, config, now) if due else None
+        why_not, held_kind = _held_by(wl, ev, quiet_since, config, now, gone_at) if due else ("", "")
         deactivate = due and not why_not
         tracks[wl.key] = track = replace(track, reported=True, deactivated=track.deactivated or deactivate,
                                           held=held_kind)
@@ -450,8 +486,16 @@ def ray_clusters_to_watch(snapshot: ClusterSnapshot, config: StallConfig) -> fro
     return frozenset(out)
 
 
+def _owner_deactivated_at(wl: WorkloadState, owners: Mapping[str, float] | None, config: StallConfig,
+                          now: float) -> float | None:
+    """When a workload of ``wl``'s owner was deactivated, if within ``remember_owners`` (else None)."""
+    key = owner_key(wl.namespace, wl.owner_kind, wl.owner_name)
+    t = owners.get(key) if owners and key is not None else None
+    return t if t is not None and now - t < config.remember_owners_seconds else None
+
+
 def _held_by(wl: WorkloadState, ev: Evidence, quiet_since: float | None, config: StallConfig,
-             now: float) -> tuple[str, str]:
+             now: float, owner_gone_at: float | None = None) -> tuple[str, str]:
     """Why the evidence holds a due deactivation back ("" when it lets it go), and the kind of hold (the
     evidence's kind, or ``reactivated``: a new kind is reported again)."""
     why, kind = "", str(ev.kind)
@@ -466,6 +510,11 @@ def _held_by(wl: WorkloadState, ev: Evidence, quiet_since: float | None, config:
         # looks the same as the last one; an ended Ray job (``finished``) still goes
         why, kind = (f"reactivated after {wl.deactivations} deactivation(s) (Kueue's schedulingStats): only an "
                      "ended Ray job deactivates it again (stall.reactivated)", "reactivated")
+    elif owner_gone_at is not None and config.reactivated == "hold" and ev.kind in ("quiet", "none"):
+        # its job was deactivated and created again under the same name: as wanted as a reactivated one
+        why, kind = (f"{wl.owner_kind} {wl.owner_name} created again after a deactivation at {_utc(owner_gone_at)} "
+                     "(stall.remember_owners): only an ended Ray job deactivates it again (stall.reactivated)",
+                     "reactivated")
     elif ev.kind == "quiet" and quiet_since is not None and now - quiet_since < config.ray_quiet_seconds:
         why = (f"Ray quiet for {format_duration(now - quiet_since)} of the {format_duration(config.ray_quiet_seconds)} "
                "it must be (stall.ray_quiet)")
