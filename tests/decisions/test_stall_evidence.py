@@ -275,7 +275,7 @@ def test_the_config_section_takes_reactivated():
     assert StallConfig().reactivated == "hold"
     with pytest.raises(ValueError, match="reactivated"):
         stall_config({"stall": {"reactivated": "sometimes"}})
-    assert StallConfig().remember_owners_seconds == 86400.0
+    assert StallConfig().remember_owners_seconds == 7 * 86400.0
     assert stall_config({"stall": {"remember_owners": "6h"}}).remember_owners_seconds == 6 * 3600.0
     assert stall_config({"stall": {"remember_owners": 0}}).remember_owners_seconds == 0.0
     for bad in ("-1h", "40d", True, "soon"):

@@ -118,7 +118,7 @@ class StallConfig:
     reactivated: str = "hold"
     # with ``reactivated: hold``: a job created again under the name of one deactivated less than this ago is
     # held as a reactivated one (0: not remembered)
-    remember_owners_seconds: float = 86400.0
+    remember_owners_seconds: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
