@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.policy_matrix import HELD_OUT, QUOTA, START, WEEK_H, Task, sim_config  # noqa: E402
 from benchmarks.policy_targets import WAIT_TOLERANCE, get, worst_wait_ratio  # noqa: E402
-from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import provenance, publish, run_pool, window_parser  # noqa: E402
 from simulator.cluster import PACK, PLACEMENTS, SPREAD  # noqa: E402
 from simulator.engine import Engine  # noqa: E402
 from simulator.inputs import load_window  # noqa: E402
@@ -258,11 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                          "wall_s": round(time.perf_counter() - t0, 1)},
                 "runs": runs}
 
-    out, data = page_data(args, run)
-    plot(out / f"{args.name}.png", data)
-    (out / f"{args.name}.md").write_text(render(data))
-    print(f"wrote {out / (args.name + '.md')}", file=sys.stderr)
-    return 0
+    return publish(args, run, plot, render)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults  # noqa: E402
-from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import provenance, publish, run_pool, window_parser  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 from simulator.inputs import load_window  # noqa: E402
 from simulator.metrics import CONTROLLABLE_CLASSES  # noqa: E402
@@ -260,11 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                          "wall_s": round(time.perf_counter() - t0, 1)},
                 "runs": runs}
 
-    out, data = page_data(args, run)
-    plot(out / f"{args.name}.png", data)
-    (out / f"{args.name}.md").write_text(render(data))
-    print(f"wrote {out / (args.name + '.md')}", file=sys.stderr)
-    return 0
+    return publish(args, run, plot, render)
 
 
 if __name__ == "__main__":

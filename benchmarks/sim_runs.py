@@ -72,3 +72,13 @@ def page_data(args: argparse.Namespace, run: Callable[[], dict[str, Any]]) -> tu
     data = run()
     json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return out, data
+
+
+def publish(args: argparse.Namespace, run: Callable[[], dict[str, Any]], plot: Callable[[Path, dict[str, Any]], None],
+            render: Callable[[dict[str, Any]], str]) -> int:
+    """A sweep's page: its data (``page_data``), then ``NAME.png`` and ``NAME.md`` beside ``NAME.json``."""
+    out, data = page_data(args, run)
+    plot(out / f"{args.name}.png", data)
+    (out / f"{args.name}.md").write_text(render(data))
+    print(f"wrote {out / (args.name + '.md')}", file=sys.stderr)
+    return 0

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
-from benchmarks.sim_runs import page_data, provenance, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import provenance, publish, run_pool, window_parser  # noqa: E402
 from simulator.engine import Engine, SimConfig  # noqa: E402
 from simulator.inputs import load_window  # noqa: E402
 
@@ -153,11 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                          "rate": args.rate, "cpu_s": sum(r["cpu_s"] for r in runs)},
                 "runs": runs}
 
-    out, data = page_data(args, run)
-    plot(out / f"{args.name}.png", data)
-    (out / f"{args.name}.md").write_text(render(data, args.name))
-    print(f"wrote {out / (args.name + '.md')}", file=sys.stderr)
-    return 0
+    return publish(args, run, plot, lambda data: render(data, args.name))
 
 
 if __name__ == "__main__":
