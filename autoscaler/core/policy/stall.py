@@ -39,8 +39,8 @@ Ray cannot see would otherwise kill it each time it comes back); ``reactivated: 
 any other.  A job its owner deleted and created again under the same name has a new Workload with no such
 history: the caller keeps the owners (namespace, kind, name) of the workloads it deactivated, with when,
 for ``remember_owners`` (``remember_owner``; in memory, so a restart forgets them), and a workload whose
-owner is among them is held the same way.  A held deactivation is reported once per reason (``StalledWorkload.held``); every report
-names the evidence that decided.
+owner is among them is held the same way.  A held deactivation is reported once per reason
+(``StalledWorkload.held``); every report names the evidence that decided.
 
 ``ray_clusters_to_watch(snapshot, config)`` names the RayClusters whose Ray view such a deactivation
 could weigh (the controller polls their heads, ``autoscaler.controller.loop.Controller.ray_targets``):
