@@ -494,6 +494,17 @@ def _owner_deactivated_at(wl: WorkloadState, owners: Mapping[str, float] | None,
     return t if t is not None and now - t < config.remember_owners_seconds else None
 
 
+def _brought_back(wl: WorkloadState, owner_gone_at: float | None) -> str:
+    """How its owner brought ``wl`` back after a deactivation ("" when it did not): reactivated (Kueue's
+    history on the Workload) or its job created again under the same name (the owners remembered)."""
+    if wl.deactivations:
+        return f"reactivated after {wl.deactivations} deactivation(s) (Kueue's schedulingStats)"
+    if owner_gone_at is not None:
+        return (f"{wl.owner_kind} {wl.owner_name} created again after a deactivation at {_utc(owner_gone_at)} "
+                "(stall.remember_owners)")
+    return ""
+
+
 def _held_by(wl: WorkloadState, ev: Evidence, quiet_since: float | None, config: StallConfig,
              now: float, owner_gone_at: float | None = None) -> tuple[str, str]:
     """Why the evidence holds a due deactivation back ("" when it lets it go), and the kind of hold (the
@@ -505,16 +516,10 @@ def _held_by(wl: WorkloadState, ev: Evidence, quiet_since: float | None, config:
         why = "Ray shows the workload at work"
     elif ev.kind == "unknown":
         why = "" if config.without_ray_signal == "deactivate" else "no verdict without Ray's view (stall.without_ray_signal)"
-    elif wl.deactivations and config.reactivated == "hold" and ev.kind in ("quiet", "none"):
+    elif (back := _brought_back(wl, owner_gone_at)) and config.reactivated == "hold" and ev.kind in ("quiet", "none"):
         # its owner brought it back after a deactivation: the job is wanted, and a pause Ray does not see
         # looks the same as the last one; an ended Ray job (``finished``) still goes
-        why, kind = (f"reactivated after {wl.deactivations} deactivation(s) (Kueue's schedulingStats): only an "
-                     "ended Ray job deactivates it again (stall.reactivated)", "reactivated")
-    elif owner_gone_at is not None and config.reactivated == "hold" and ev.kind in ("quiet", "none"):
-        # its job was deactivated and created again under the same name: as wanted as a reactivated one
-        why, kind = (f"{wl.owner_kind} {wl.owner_name} created again after a deactivation at {_utc(owner_gone_at)} "
-                     "(stall.remember_owners): only an ended Ray job deactivates it again (stall.reactivated)",
-                     "reactivated")
+        why, kind = f"{back}: only an ended Ray job deactivates it again (stall.reactivated)", "reactivated"
     elif ev.kind == "quiet" and quiet_since is not None and now - quiet_since < config.ray_quiet_seconds:
         why = (f"Ray quiet for {format_duration(now - quiet_since)} of the {format_duration(config.ray_quiet_seconds)} "
                "it must be (stall.ray_quiet)")
