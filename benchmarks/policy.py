@@ -280,18 +280,23 @@ def _ordered(values: Iterable[Any], order: Sequence[Any] = ()) -> list[Any]:
     return [v for v in order if v in vals] + sorted(vals - set(order))
 
 
-def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dict[str, Any]:
+def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str,
+          supersede: Sequence[str] = ()) -> dict[str, Any]:
     """One matrix from the records of several runs of this script over the same window.
 
     A run (``run_key``) that more than one source holds must have the same numbers in each, on every
     key both report (the decisions did not change between their commits; a key only one reports, as
     one an older commit did not write yet, is taken from it), else this refuses with the first
-    difference: rerun rather than merge.  Each record keeps the commit and date it was run at; the
-    meta lists the sources; the axes are their union; the reference run is the first source's.  A
-    source that is itself a merge (the page, to check later runs against it) must come first: all its
-    runs are kept and its own sources are listed in its place."""
+    difference: rerun rather than merge.  The exception is a run whose label ``supersede`` names (a
+    configuration whose decisions changed since a source ran, rerun): it is taken from the first source
+    that holds it and the later sources' runs of that label are dropped unread (they count as not kept).
+    Each record keeps the commit and date it was run at; the meta lists the sources and the superseded
+    labels; the axes are their union; the reference run is the first source's.  A source that is itself a
+    merge (the page, to check later runs against it) must come first: all its runs are kept and its own
+    sources are listed in its place."""
     if not sources:
         raise ValueError("nothing to merge")
+    rerun = set(supersede)
     sources = [(name, normalize(data)) for name, data in sources]
     first = sources[0][1]["meta"]
     window = (Path(first["trace"]).name, first["start"], float(first["hours"]))
@@ -310,6 +315,8 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
                              f"{sources[0][0]} ({window[2]:g} h from {window[1]} of {window[0]})")
         for r in data["runs"]:
             key = run_key(r)
+            if key in by_key and r["label"] in rerun:
+                continue  # superseded: the first source's run of this label stands
             if key in by_key:
                 kept = by_key[key]["summary"]
                 common = set(kept) & set(r["summary"])
@@ -358,6 +365,8 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str) -> dic
         "held_out": _ordered(r["start"] for r in runs if (r["start"], float(r["hours"])) != window[1:]),
         "ref": first["ref"], "quick": False, "merged_from": listed,
     }
+    if rerun:
+        meta["superseded"] = sorted(rerun)
     return {"meta": meta, "runs": runs}
 
 
@@ -468,6 +477,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", type=_csv(str), default=None, metavar="JSON,JSON,...",
                    help="write NAME.json / NAME.md from the runs of these policy*.json files (same window; a run "
                         "that several hold must have equal numbers in each); runs nothing")
+    p.add_argument("--supersede", type=_csv(str), default=None, metavar="LABELS",
+                   help="with --merge: runs of these labels (policy[+stall]) are taken from the first source that "
+                        "holds them, the later sources' dropped (their decisions changed since: rerun them first)")
+    p.add_argument("--labels", type=_csv(str), default=None, metavar="LABELS",
+                   help="run only the matrix's runs of these labels (policy[+stall]), e.g. to rerun the "
+                        "configurations a change touched and --merge --supersede them into the page")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--plan", action="store_true", help="print the runs and the expected wall time on --jobs "
                    "processes (CPU seconds per simulated hour from --costs-from), run nothing")
@@ -493,10 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.merge:
         try:
             data = merge([(Path(f).name, json.loads(Path(f).read_text())) for f in args.merge],
-                         " ".join([COMMAND, *argv]))
+                         " ".join([COMMAND, *argv]), args.supersede or ())
         except (OSError, ValueError, KeyError) as e:
             raise SystemExit(f"policy.py --merge: {e}") from None
-        reference_plots_from(Path(args.merge[0]), out, name)
+        reference_plots_from([Path(f) for f in args.merge], out, name)
         json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     else:
         data = run(args, argv)
@@ -549,7 +564,7 @@ def plan(args: argparse.Namespace, costs_from: Path) -> int:
     processes, longest first onto the least loaded process as the pool runs them, each run's CPU seconds from
     ``costs_from`` (CPU seconds per simulated hour of that model and label; a default where it has none)."""
     ax = axes(args)
-    tasks = matrix(ax, args.start)
+    tasks = select(matrix(ax, args.start), args.labels)
     print(plan_text(tasks, ax, previous_costs(costs_from), args.jobs, str(costs_from)))
     return 0
 
@@ -583,9 +598,19 @@ def plan_text(tasks: Sequence[Task], ax: Mapping[str, Any], prev: Mapping[tuple[
     return "\n".join(lines)
 
 
+def select(tasks: Sequence[Task], labels: Sequence[str] | None) -> list[Task]:
+    """The runs of ``labels`` (all with None); a label the matrix does not hold is refused."""
+    if labels is None:
+        return list(tasks)
+    unknown = sorted(set(labels) - {t.label for t in tasks})
+    if unknown:
+        raise SystemExit(f"--labels: the matrix has no runs labelled {unknown}")
+    return [t for t in tasks if t.label in labels]
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     ax = axes(args)
-    tasks = matrix(ax, args.start)
+    tasks = select(matrix(ax, args.start), args.labels)
     hours = float(ax["hours"])
     ref = (ax["models"][0], ax["seeds"][0], ax["rates"][0])
     print(f"{len(tasks)} runs on {args.jobs} processes", file=sys.stderr)
@@ -608,6 +633,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "load_s_sum": round(sum(r["load_s"] for r in records), 1),
         "trace": args.trace, "start": args.start, **ax, "ref": list(ref), "quick": args.quick,
     }
+    if args.labels is not None:
+        meta["labels"] = list(args.labels)
     return {"meta": meta, "runs": records}
 
 

@@ -727,7 +727,10 @@ def budget_section(sweep: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> 
 # ------------------------------------------------------------------------------ scope, provenance
 def matrix_kind(meta: Mapping[str, Any]) -> str | None:
     """``"full"`` or ``"quick"`` when a run's axes are exactly those of ``make bench-full`` / ``make bench``
-    (``policy.py`` without flags / with ``--quick`` alone), else None (a partial or merged matrix)."""
+    (``policy.py`` without flags / with ``--quick`` alone), else None (a partial or merged matrix, or one
+    whose runs ``--labels`` chose)."""
+    if meta.get("labels") is not None:
+        return None
     mine = {k: meta.get(k) for k in AXES}
     for kind in ("full", "quick"):
         if mine == default_axes(quick=kind == "quick"):
@@ -751,6 +754,8 @@ def scope(meta: Mapping[str, Any], n_runs: int) -> list[str]:
         kind or "", "a partial matrix (neither `make bench` nor `make bench-full`)")
     if "merged_from" in meta:
         name = "a merge of several runs of this script"
+    elif meta.get("labels") is not None:
+        name = "only the runs labelled " + ", ".join(f"`{lab}`" for lab in meta["labels"]) + " of a matrix"
     held = meta.get("held_out") or []
     head = (f"**What this page covers**: {name}, {n_runs} runs: {float(meta['hours']):g} h from {meta['start']} "
             f"under {', '.join(meta.get('models') or [])}"
@@ -784,7 +789,10 @@ def provenance(meta: Mapping[str, Any], n_runs: int) -> list[str]:
     lines = [f"Merged {meta['date']} by `{meta['command']}` from {len(meta['merged_from'])} runs of this script over "
              f"the same window{dirty}: each run's numbers are those of the commit it ran at, and a run that more "
              "than one of them holds was checked to agree on every number both report (`merge` refuses otherwise). "
-             "`make bench-full` runs the whole matrix in one go instead.", ""]
+             "`make bench-full` runs the whole matrix in one go instead."
+             + (" Runs labelled " + ", ".join(f"`{lab}`" for lab in meta["superseded"]) + " are the first source's "
+                "that holds them, rerun because their decisions changed; the later sources' runs of those labels "
+                "are dropped unread (`--supersede`)." if meta.get("superseded") else ""), ""]
     for src in meta["merged_from"]:
         wall = f", {float(src['wall_s']) / 60:.1f} min wall on {src['processes']} processes" if src.get("wall_s") else ""
         lines.append(f"- `{src['file']}`: {src['kept']} of its {src['runs']} runs kept; git {src['commit']}, "

@@ -136,3 +136,21 @@ def test_a_page_written_before_the_newer_axes_reads_as_the_defaults() -> None:
     [r] = data["runs"]
     assert (r["start"], r["hours"], r["cap"], r["resume"], r["stall_share"]) == ("2017-10-03", 720.0, 2.0, 0.25, None)
     assert data["meta"]["held_out"] == [] and data["meta"]["held_out_hours"] == 168.0
+
+
+def test_labels_keep_only_the_runs_of_those_configurations_and_the_page_says_so(tmp_path: Path, capsys) -> None:
+    ax = _axes("--models", "grounded")
+    every = policy.matrix(ax)
+    stall = policy.select(every, ["queuepilot+stall", "queuepilot-reclaim+stall"])
+    assert stall and {t.label for t in stall} == {"queuepilot+stall", "queuepilot-reclaim+stall"}
+    assert stall == [t for t in every if t.stall_reclaim]  # every +stall run, month and held-out weeks, in order
+    assert policy.select(every, None) == every
+    try:
+        policy.select(every, ["static+stall"])
+        raise AssertionError("a label the matrix lacks was taken")
+    except SystemExit as e:
+        assert "no runs labelled ['static+stall']" in str(e)
+    # the whole matrix's axes, but only some of its runs: not the whole matrix
+    meta = {**_axes(), "start": "2017-10-03", "labels": ["reaper"]}
+    assert page.matrix_kind(meta) is None and page.matrix_kind(_axes()) == "full"
+    assert "only the runs labelled `reaper` of a matrix" in page.scope(meta, 3)[0]

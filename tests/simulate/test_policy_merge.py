@@ -117,3 +117,26 @@ def test_runs_at_another_resume_share_or_on_a_held_out_week_are_runs_of_their_ow
         K("grounded", 1, 0.01, "reaper", start="2017-11-02", hours=168.0)]
     assert data["meta"]["resumes"] == [0.5] and data["meta"]["held_out"] == ["2017-11-02"]
     assert data["meta"]["resume_labels"] == ["reaper"]
+
+
+def test_a_superseded_label_is_taken_from_the_first_source_and_the_rest_still_checked() -> None:
+    """A configuration rerun after its decisions changed replaces the page's runs of it; every other run
+    both hold must still agree."""
+    new = source("new", [record("grounded", 1, 0.01, "queuepilot", stall=True, idle=3.0),
+                         record("grounded", 1, 0.01, "queuepilot", idle=7.0)])
+    page = source("old", [record("grounded", 1, 0.01, "queuepilot", stall=True, idle=4.0),
+                          record("grounded", 1, 0.01, "queuepilot", idle=7.0),
+                          record("grounded", 1, 0.01, "ray-idle", idle=8.0)])
+    with pytest.raises(ValueError, match="disagree"):
+        policy.merge([("new.json", new), ("policy.json", page)], "merge")
+    data = policy.merge([("new.json", new), ("policy.json", page)], "merge", supersede=["queuepilot+stall"])
+    got = {r["label"]: (r["summary"]["idle_gpu_hours_controllable"], r["commit"]) for r in data["runs"]}
+    assert got == {"queuepilot+stall": (3.0, "new"), "queuepilot": (7.0, "new"), "ray-idle": (8.0, "old")}
+    assert [(s["file"], s["runs"], s["kept"]) for s in data["meta"]["merged_from"]] == [
+        ("new.json", 2, 2), ("policy.json", 3, 1)]
+    assert data["meta"]["superseded"] == ["queuepilot+stall"]
+    assert "Runs labelled `queuepilot+stall` are the first source's" in policy.render(data, None, "policy")
+    # a run the superseding label does not name still refuses on a difference
+    other = source("new", [record("grounded", 1, 0.01, "ray-idle", idle=8.5)])
+    with pytest.raises(ValueError, match=r"policy\.json and new\.json disagree"):
+        policy.merge([("new.json", other), ("policy.json", page)], "merge", supersede=["queuepilot+stall"])
