@@ -36,6 +36,11 @@ CONTROLLER_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         (COORD, "leases", "update"),
         # a RayCluster's dashboard token (autoscaler.cluster.secrets): granted per Secret name only
         ("", "secrets", "get"),
+        # the stall reconciler's owner memory (autoscaler.act.stall_owners): one ConfigMap in the release
+        # namespace, read and server-side applied (an apply that creates it is authorized as create too)
+        ("", "configmaps", "get"),
+        ("", "configmaps", "patch"),
+        ("", "configmaps", "create"),
     }
 )
 

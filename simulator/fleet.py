@@ -284,6 +284,12 @@ class FleetWriter:
                                   resource_version: str = "") -> WriteOutcome:
         return WriteOutcome("skipped", "not_in_fleet_sim")
 
+    async def load_stall_owners(self, now: float) -> tuple[dict[str, float], int] | None:
+        return {}, 0
+
+    async def save_stall_owners(self, owners: Mapping[str, float], now: float) -> WriteOutcome:
+        return WriteOutcome("skipped", "not_in_fleet_sim")
+
     async def close(self) -> None:
         return None
 

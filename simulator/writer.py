@@ -22,6 +22,8 @@ do with the corresponding Kubernetes write, and answers the same ``WriteOutcome`
   answers ``unchanged``; a RayCluster that is not there answers ``skipped``/``gone``;
 - ``activate_check``: the AdmissionCheck becomes ``Active`` (Kueue reserves no quota for a queue
   whose check is inactive);
+- ``save_stall_owners`` / ``load_stall_owners``: the stall reconciler's owner memory is kept as the
+  ConfigMap keeps it (within its bounds, ``stall_owners``), so a reconciler built anew reads it back;
 - ``post_event``: recorded (``events``, newest last, bounded) and counted (``event_counts``).
 
 ``dry_run`` (shadow mode) behaves as the Kubernetes writer's: the check's ``Active`` condition,
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autoscaler.act.outcome import WriteOutcome
+from autoscaler.act.stall_owners import decode_owners, encode_owners
 from autoscaler.act.writer import EventTarget, EventType
 from autoscaler.core.policy.admission import AdmissionDecision
 from autoscaler.core.policy.dispatch import DispatchDecision
@@ -52,6 +55,7 @@ RAYCLUSTERS = "rayclusters"
 ADMISSIONCHECK_STATUS = "admissionchecks/status"
 EVENTS = "events"
 WORKLOADS = "workloads"
+STALL_OWNERS = "configmaps"  # the owner memory (autoscaler.act.stall_owners)
 MAX_EVENTS = 10_000
 MAX_MESSAGE = 1024  # as the Kubernetes writer cuts an Event's message
 
@@ -116,6 +120,7 @@ class SimWriter:
         self.events: deque[SimEvent] = deque(maxlen=MAX_EVENTS)
         self.event_counts: Counter[tuple[str, str, str]] = Counter()  # (kind, type, reason) -> Events
         self.annotations: dict[tuple[str, str], dict[str, str]] = {}  # (namespace, RayCluster) -> written
+        self.stall_owners: dict[str, float] = {}  # the stall reconciler's owner memory, as last kept
 
     # ----------------------------------------------------------------------------------- counting
     def _wrote(self, resource: str, verb: str = "patch") -> None:
@@ -222,6 +227,20 @@ class SimWriter:
     async def nominate_clusters(self, decision: DispatchDecision, now: float) -> WriteOutcome:
         """The simulated world is one cluster without MultiKueue: nothing to nominate."""
         return WriteOutcome("skipped", "no_multikueue")
+
+    async def load_stall_owners(self, now: float) -> tuple[dict[str, float], int] | None:
+        return dict(self.stall_owners), 0
+
+    async def save_stall_owners(self, owners: Mapping[str, float], now: float) -> WriteOutcome:
+        """The simulated cluster keeps the owner memory as the ConfigMap would (within its bounds)."""
+        if self.dry_run:
+            return WriteOutcome("dry_run")
+        kept = decode_owners(encode_owners(owners))[0]
+        if kept == self.stall_owners:
+            return WriteOutcome("unchanged", "", 1)
+        self.stall_owners = kept
+        self._wrote(STALL_OWNERS, "apply")
+        return WriteOutcome("written", "", 1)
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
         self.events.append(SimEvent(ref.kind, ref.namespace, ref.name, type_, reason, message[:MAX_MESSAGE], now))

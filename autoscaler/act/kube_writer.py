@@ -6,7 +6,8 @@ Each call is one of the guarded writes in this package: ``workload_status.write_
 ``workload_deactivate.deactivate_workload`` (one merge patch ``spec.active: false`` pinned likewise),
 ``workload_nominate.write_nominations`` (server-side apply of ``status.nominatedClusterNames`` only),
 ``raycluster_annotate.annotate_raycluster`` (one merge patch of one annotation, pinned likewise),
-``admissioncheck_status.ensure_active``; Events go through one background ``EventSink``.  All of
+``admissioncheck_status.ensure_active``, ``stall_owners`` (the owner memory's ConfigMap: read, and
+server-side apply; none without ``stall_owners``); Events go through one background ``EventSink``.  All of
 them share one ``WriteGuard`` (``act.guard``): per-object backoff after a failed write, counted in
 ``queuepilot_write_errors_total`` and ``queuepilot_objects_in_write_backoff``, and a Warning
 ``WritesFailing`` Event on an object whose writes keep failing (once per failure streak).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Mapping
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -29,6 +31,7 @@ from autoscaler.act.guard import WRITES_FAILING, BackoffPolicy, WriteCounters, W
 from autoscaler.act.outcome import WriteOutcome
 from autoscaler.act.raycluster_annotate import annotate_raycluster
 from autoscaler.act.raycluster_patch import patch_group
+from autoscaler.act.stall_owners import load_owners, save_owners
 from autoscaler.act.workload_deactivate import deactivate_workload
 from autoscaler.act.workload_nominate import write_nominations
 from autoscaler.act.workload_status import write_check_state
@@ -54,12 +57,14 @@ class KubeWriter:
         events: EventSink | None = None,
         backoff: BackoffPolicy | None = None,
         rng: random.Random | None = None,
+        stall_owners: tuple[str, str] | None = None,
     ) -> None:
         self.api_client = api_client
         self.counters = counters
         self.controller_name = controller_name
         self.field_manager = field_manager
         self.dry_run = dry_run
+        self.stall_owners = stall_owners  # (namespace, name) of the owner memory's ConfigMap; None: not kept
         rng = rng or random.Random()
         policy = backoff or BackoffPolicy()
         self.events = events or EventSink(api_client, counters, write_guard=WriteGuard(counters, policy, rng))
@@ -99,6 +104,19 @@ class KubeWriter:
         return await annotate_raycluster(self.api_client, namespace, name, key, value,
                                          field_manager=self.field_manager, now=now, write_guard=self.guard,
                                          dry_run=self.dry_run, resource_version=resource_version)
+
+    async def load_stall_owners(self, now: float) -> tuple[dict[str, float], int] | None:
+        if self.stall_owners is None or self.api_client is None:
+            return {}, 0
+        return await load_owners(self.api_client, *self.stall_owners, now=now, write_guard=self.guard)
+
+    async def save_stall_owners(self, owners: Mapping[str, float], now: float) -> WriteOutcome:
+        if self.dry_run:
+            return WriteOutcome("dry_run")
+        if self.stall_owners is None or self.api_client is None:
+            return WriteOutcome("skipped", "not_kept")
+        return await save_owners(self.api_client, *self.stall_owners, owners, field_manager=self.field_manager,
+                                 now=now, write_guard=self.guard)
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
         target = ref if isinstance(ref, ObjectRef) else ObjectRef(ref.api_version, ref.kind, ref.namespace,

@@ -6,7 +6,7 @@ the implementation's business:
 - ``KubeWriter`` (``autoscaler.act.kube_writer``) talks to the Kubernetes API: server-side apply
   of our admission-check entry, one guarded JSON patch per worker group, a guarded merge patch
   deactivating a stalled Workload, a merge patch of one RayCluster annotation (the right-sizing
-  recommendation), Events;
+  recommendation), the ConfigMap of the stall reconciler's owner memory, Events;
 - the simulator's writer applies the same calls to its simulated Kueue / KubeRay state.
 
 So the controller, the simulator and the demo run one decide -> act -> explain path: the same
@@ -17,6 +17,7 @@ blocks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, Protocol
 
 from autoscaler.act.outcome import WriteOutcome
@@ -87,6 +88,17 @@ class Writer(Protocol):
         decided it differs from what is there), pinned to ``resource_version`` when given: a RayCluster
         that changed since answers ``conflict``.  In dry-run an implementation answers ``dry_run``
         without writing."""
+        ...
+
+    async def load_stall_owners(self, now: float) -> tuple[dict[str, float], int] | None:
+        """What ``save_stall_owners`` last kept (the stall reconciler's owner memory, which a restart or a new
+        leader reads back) and how many of its entries were malformed: none where nothing is kept; None
+        when it cannot be read now.  ValueError for a malformed document."""
+        ...
+
+    async def save_stall_owners(self, owners: Mapping[str, float], now: float) -> WriteOutcome:
+        """Keep ``owners`` (owner key -> when a workload of it was deactivated) where ``load_stall_owners``
+        finds them.  In dry-run an implementation answers ``dry_run`` without writing."""
         ...
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:

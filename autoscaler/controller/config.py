@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,6 +32,7 @@ ENV_PREFIX = DEFAULT_PREFIX
 SECTIONS = ("admission", "scaling", "stall", "webhook")
 GPU_SIGNALS = ("prometheus", "scrape")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ConfigError(Exception):
@@ -71,6 +73,7 @@ class ControllerConfig:
     lease_namespace: str = "default"
     identity: str = ""
     lease_duration_seconds: float = 15.0
+    stall_owners_configmap: str = "queuepilot-stall-owners"
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0
     log_level: str = "INFO"
@@ -193,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--lease-name", default="queuepilot-controller", metavar="NAME", help="name of the leader-election Lease")
     a("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"), metavar="NAMESPACE",
       help="namespace of the Lease (the default is $POD_NAMESPACE when set)")
+    a("--stall-owners-configmap", default="queuepilot-stall-owners", metavar="NAME",
+      help="ConfigMap in the --lease-namespace that keeps the owners of deactivated workloads across restarts "
+           "(stall.remember_owners); '' keeps them in memory only")
     a("--identity", default="", help="leader-election identity (empty: $POD_NAME, else the host name)")
     a("--lease-duration-seconds", type=positive_seconds, default=15.0, metavar="SECONDS",
       help="how long a Lease holds without renewal")
@@ -286,6 +292,9 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> C
         raise ConfigError("--renew-deadline-seconds must be shorter than --lease-duration-seconds")
     if ns.leader_elect and not ns.retry_period_seconds < ns.renew_deadline_seconds:
         raise ConfigError("--retry-period-seconds must be shorter than --renew-deadline-seconds")
+    if ns.stall_owners_configmap and not _DNS_SUBDOMAIN.fullmatch(ns.stall_owners_configmap):
+        raise ConfigError(f"--stall-owners-configmap {ns.stall_owners_configmap!r} is not a ConfigMap name "
+                          "(lower-case letters, digits, '-' and '.', at most 253)")
     fields_ = {k: v for k, v in vars(ns).items() if k != "listen"}
     settings = load_settings(ns.config_path)
     validate_settings(settings, ns.config_path)

@@ -96,6 +96,8 @@ class ControllerContext:
     # how decisions reach the world: None -> a KubeWriter over ``api_client`` (build_reconcilers);
     # the simulator and the demo pass their own
     writer: Writer | None = None
+    # (namespace, name) of the ConfigMap that keeps the stall reconciler's owner memory (None: memory only)
+    stall_owners: tuple[str, str] | None = None
 
 
 class Reconciler(Protocol):
@@ -126,5 +128,6 @@ def writer_for(ctx: ControllerContext) -> Writer:
     of this context shares one writer and one Event sender)."""
     if ctx.writer is None:
         ctx.writer = KubeWriter(ctx.api_client, ctx.counters, controller_name=ctx.controller_name,
-                                field_manager=ctx.field_manager, dry_run=ctx.dry_run or ctx.api_client is None)
+                                field_manager=ctx.field_manager, dry_run=ctx.dry_run or ctx.api_client is None,
+                                stall_owners=ctx.stall_owners)
     return ctx.writer

@@ -155,6 +155,7 @@ class Controller:
             published=self.published,
             request_pass=self.request_pass,
             writer=writer,
+            stall_owners=(config.lease_namespace, config.stall_owners_configmap) if config.stall_owners_configmap else None,
         )
         self.caches: dict[str, WatchCache[Any]] = {}
         if source is None:

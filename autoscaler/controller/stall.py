@@ -19,6 +19,14 @@ timers of the previous pass, then:
   (409 from a newer version, an error, held back by the backoff) is decided again next pass.  A stall
   that ends before the delay is never deactivated.
 
+The owners of the workloads it deactivated (``stall.remember_owners``) are kept through
+``Writer.save_stall_owners`` after each deactivation written (the controller's ConfigMap,
+``act.stall_owners``) and read back on the first pass and after a gap longer than
+``leader_gap_seconds`` (another replica led meanwhile), merged with what this process remembers.  Until
+that read succeeds no deactivation is written (they are decided again next pass): a job its owner
+created again must not be killed for want of the memory.  A malformed memory is counted
+(``queuepilot_source_errors_total{source="stall_owners"}``), logged, and replaced at the next write.
+
 Dry-run: nothing is written; the would-be deactivation is reported once per stall (a Normal Event
 "(dry-run) would deactivate ...", ``mode="dry_run"``), and the StalledWorkload Events are posted as
 in a live run.
@@ -55,21 +63,31 @@ WORKLOAD_API = "kueue.x-k8s.io/v1beta2"
 class StallReconciler:
     name = "stall"
 
-    def __init__(self, ctx: ControllerContext, writer: Writer | None = None, config: StallConfig | None = None) -> None:
+    def __init__(self, ctx: ControllerContext, writer: Writer | None = None, config: StallConfig | None = None,
+                 leader_gap_seconds: float = 120.0) -> None:
         self.ctx = ctx
         self.config = config or stall_config(ctx.settings)
         self.writer = writer or writer_for(ctx)
         self.dry_run = self.writer.dry_run
         self.history: Mapping[str, StallTrack] = {}
         # owner (namespace/kind/name) -> when we last deactivated a workload of it: a job created again
-        # under the same name is held as a reactivated one (stall.remember_owners; lost on restart)
+        # under the same name is held as a reactivated one (stall.remember_owners), kept by the writer
         self.owners: Mapping[str, float] = {}
+        self.leader_gap_seconds = leader_gap_seconds
+        self._last_pass: float | None = None
+        self._owners_read = False  # the kept memory read since this process leads
+        self._owners_unsaved = False
+        self._waiting_logged = False
         self.result: StallResult | None = None  # last pass's, for tests and the benchmark
         self.outcomes: list[tuple[StalledWorkload, WriteOutcome]] = []
         self._held = ""
         self._queues: set[str] = set()
 
     async def reconcile(self, snapshot: ClusterSnapshot, now: float) -> None:
+        gap = self._last_pass is None or now - self._last_pass > self.leader_gap_seconds
+        self._last_pass = now
+        if self.config.remember_owners_seconds > 0 and (gap or not self._owners_read):
+            self._owners_read = await self._read_owners(now)
         # pure: in a worker thread for a large snapshot (nothing else touches this reconciler meanwhile)
         result = await offload(snapshot_size(snapshot), decide_stalls, snapshot, self.config, self.history, now,
                                self.owners)
@@ -89,7 +107,39 @@ class StallReconciler:
                 self.ctx.counters.source_errors.labels(source="reconciler/stall", kind="exception").inc()
                 history[s.key] = history[s.key].rollback_deactivation()
         self.history = history
+        if self._owners_unsaved:
+            outcome = await self.writer.save_stall_owners(self.owners, now)
+            # kept, or nowhere to keep it; else (an error, a backoff) again next pass
+            self._owners_unsaved = outcome.result not in ("written", "unchanged", "dry_run") and outcome.detail != "not_kept"
         self._publish(snapshot, result)
+
+    async def _read_owners(self, now: float) -> bool:
+        """Merge the kept owner memory into this process's (the later time of each owner); False when it
+        cannot be read now (the writer's guard counted, logged and backs off the failure)."""
+        try:
+            got = await self.writer.load_stall_owners(now)
+        except ValueError as e:  # ours, but not what we write: start from what this process remembers
+            log.warning("the stall owner memory is malformed (%s): it is written anew at the next deactivation", e)
+            self.ctx.counters.source_errors.labels(source="stall_owners", kind="malformed").inc()
+            got = ({}, 0)
+        if got is None:
+            if not self._waiting_logged:
+                self._waiting_logged = True
+                log.warning("stall deactivations wait until the owner memory can be read (stall.remember_owners)")
+            return False
+        kept, bad = got
+        if bad:
+            log.warning("the stall owner memory had %d malformed entries: left out", bad)
+            self.ctx.counters.source_errors.labels(source="stall_owners", kind="malformed").inc()
+        merged = dict(kept)
+        for key, t in self.owners.items():
+            merged[key] = max(t, merged.get(key, t))
+        self.owners = remember_owner(merged, None, self.config, now)  # pruned and bounded
+        self._owners_unsaved = self._owners_unsaved or self.owners != kept
+        if self._waiting_logged:
+            log.info("stall owner memory read: %d owners", len(self.owners))
+        self._waiting_logged = False
+        return True
 
     async def _act(self, s: StalledWorkload, now: float) -> bool:
         """Report and (opted in) deactivate; False when a decided deactivation did not happen."""
@@ -103,6 +153,8 @@ class StallReconciler:
             self.ctx.published.remember(f"{s.key} {R.STALL_DEACTIVATION_HELD}: {s.message}")
         if not s.deactivate:  # reported only, or its deactivation is not due yet (s.deactivate_at)
             return True
+        if self.config.remember_owners_seconds > 0 and not self._owners_read:
+            return False  # without the memory a job created again could be killed: decided again next pass
         queue = s.cluster_queue
         if self.dry_run:
             outcome = WriteOutcome("dry_run")
@@ -119,6 +171,7 @@ class StallReconciler:
             return outcome.result == "skipped" and outcome.detail == "gone"
         self.ctx.counters.stall_deactivations.labels(cluster_queue=queue, mode="live").inc()
         self.owners = remember_owner(self.owners, owner_key(s.namespace, s.owner_kind, s.owner_name), self.config, now)
+        self._owners_unsaved = True
         # an Event about a write names the version it was pinned to (Events are named after both)
         self.writer.post_event(replace(ref, resource_version=s.resource_version), "Warning",
                                R.STALLED_WORKLOAD_DEACTIVATED, s.message, now)

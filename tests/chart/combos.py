@@ -44,7 +44,7 @@ COMBOS: dict[str, Combo] = {
     "scrape-live-no-leader": Combo(
         sets=("controller.gpuSignal=scrape", "controller.dryRun=false", "controller.leaderElection.enabled=false",
               "exporter.nvidia.runtimeClassName=nvidia", "imagePullSecrets[0]=regcred", "image.tag=9.9.9"),
-        present=CORE - {"Role", "RoleBinding"}, absent=frozenset({"Role", "RoleBinding"})),
+        present=CORE),  # the owner memory's Role only (test_rbac: no lease rights)
     "network-policy": Combo(
         sets=(*MAPPING, "networkPolicy.enabled=true",
               "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring"),

@@ -84,9 +84,9 @@ def test_controller_rbac_is_exactly_the_code_api_calls(helm: str) -> None:
     total = cluster | namespaced
     assert not total - CONTROLLER_API_CALLS, f"granted but never called: {sorted(total - CONTROLLER_API_CALLS)}"
     assert not CONTROLLER_API_CALLS - total, f"called but not granted: {sorted(CONTROLLER_API_CALLS - total)}"
-    # the Lease is only needed in the release namespace, where the controller elects its leader
-    assert {t for t in total if t[1] in ("leases", "secrets")} == namespaced
-    assert not {t for t in cluster if t[1] in ("leases", "secrets")}
+    # the Lease and the owner memory's ConfigMap are only needed in the release namespace
+    assert {t for t in total if t[1] in ("leases", "secrets", "configmaps")} == namespaced
+    assert not {t for t in cluster if t[1] in ("leases", "secrets", "configmaps")}
 
 
 @pytest.mark.parametrize("helm", HELMS)
@@ -113,20 +113,35 @@ def test_a_malformed_secret_entry_fails_the_render(entry: str) -> None:
 @pytest.mark.parametrize("helm", HELMS)
 def test_lease_get_update_limited_to_our_lease(helm: str) -> None:
     docs = render(helm).docs
-    role = next(d for d in docs if d["kind"] == "Role")
     args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     lease = next(a.split("=", 1)[1] for a in args if a.startswith("--lease-name="))
-    for rule in role["rules"]:
+    rules = [r for d in docs if d["kind"] == "Role" for r in d["rules"] if "leases" in r["resources"]]
+    assert rules
+    for rule in rules:
         if set(rule["verbs"]) & {"get", "update"}:
             assert rule["resourceNames"] == [lease]
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_the_owner_memory_configmap_is_the_only_one_read_or_written(helm: str) -> None:
+    docs = render(helm).docs
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    name = next(a.split("=", 1)[1] for a in args if a.startswith("--stall-owners-configmap="))
+    lease = next(a.split("=", 1)[1] for a in args if a.startswith("--lease-name="))
+    assert name == f"{lease}-stall-owners"  # both named after the release's controller
+    rules = [r for d in docs if d["kind"] == "Role" for r in d["rules"] if "configmaps" in r["resources"]]
+    assert {v for r in rules for v in r["verbs"]} == {"create", "get", "patch"}
+    for rule in rules:
+        if set(rule["verbs"]) & {"get", "patch"}:
+            assert rule["resourceNames"] == [name]
 
 
 @pytest.mark.parametrize("helm", HELMS)
 def test_without_leader_election_no_lease_rights(helm: str) -> None:
     docs = render(helm, COMBOS["scrape-live-no-leader"].sets).docs
     cluster, namespaced = granted(docs, controller_sa(docs))
-    assert namespaced == set()
-    assert cluster == {t for t in CONTROLLER_API_CALLS if t[1] not in ("leases", "secrets")}
+    assert namespaced == {t for t in CONTROLLER_API_CALLS if t[1] == "configmaps"}  # the owner memory only
+    assert cluster == {t for t in CONTROLLER_API_CALLS if t[1] not in ("leases", "secrets", "configmaps")}
 
 
 @pytest.mark.parametrize("helm", HELMS)

@@ -7,6 +7,10 @@ default); dry-run writes nothing."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from autoscaler.controller.stall import StallReconciler
 from autoscaler.core import reasons as R
 from autoscaler.rbac import CONTROLLER_API_CALLS
@@ -21,15 +25,17 @@ OPT_IN = {"stall": {"deactivate_cluster_queues": ["cq-a"], "deactivate_after": "
 DELAY = 7200.0  # the default stall.deactivate_after
 
 
-def admitted_job(world, name="train", pods=2, at=T0 - 100):
-    """A Job's Workload admitted in cq-a, its pods running on n0 with one GPU each."""
-    world.add(k.workload(f"job-{name}", pod_sets=(("main", pods, 1),), owner=("Job", name)),
-              *(k.pod(f"{name}-{i}x{i}", "team-a", "n0", gpus=1) for i in range(pods)))
-    world.reserve(f"job-{name}", "cq-a", {"main": "a100"}, at)
-    w = world.get("Workload", f"job-{name}")
+def admitted_job(world, name="train", pods=2, at=T0 - 100, workload=None):
+    """A Job's Workload (``job-<name>``, or ``workload``: a job created again) admitted in cq-a, its pods
+    running on n0 with one GPU each (already there for a job created again under the same name)."""
+    wl = workload or f"job-{name}"
+    world.add(k.workload(wl, pod_sets=(("main", pods, 1),), owner=("Job", name)),
+              *(() if workload else (k.pod(f"{name}-{i}x{i}", "team-a", "n0", gpus=1) for i in range(pods))))
+    world.reserve(wl, "cq-a", {"main": "a100"}, at)
+    w = world.get("Workload", wl)
     w["status"]["admissionChecks"][0]["state"] = "Ready"
     world.api.update_status(w)
-    assert world.kueue_react(at) == [(f"job-{name}", "admitted")]
+    assert world.kueue_react(at) == [(wl, "admitted")]
 
 
 def workload_patches(fake_api):
@@ -242,3 +248,87 @@ async def test_the_gauge_series_of_a_cluster_queue_go_with_it_and_come_back_with
         await rec.reconcile(world.snapshot(t), t)
         assert get("queuepilot_stalled_workloads", {"cluster_queue": "cq-a"}) == 1
         assert get("queuepilot_stalled_workload_gpus", {"cluster_queue": "cq-a"}) == 2
+
+
+STORE = ("default", "qp-stall-owners")  # the owner memory's ConfigMap (--stall-owners-configmap)
+
+
+async def _deactivate_then_recreate(world, make_ctx, store):
+    """A job deactivated by one process; a second process (a restart, another replica) with ``store``
+    then meets the job created again under the same name, idle as before: its reconciler."""
+    base_world(world)
+    admitted_job(world)
+    first = make_ctx(settings=OPT_IN)
+    first.stall_owners = store
+    rec = StallReconciler(first)
+    await rec.reconcile(world.snapshot(T0), T0)
+    await rec.reconcile(world.snapshot(T0 + WINDOW), T0 + WINDOW)
+    assert world.get("Workload", "job-train")["spec"]["active"] is False
+    await rec.close()
+    t = T0 + WINDOW + 300
+    admitted_job(world, at=t, workload="job-train-2")  # re-applied: a new Workload, no Kueue history
+    ctx = make_ctx(settings=OPT_IN)
+    ctx.stall_owners = store
+    again = StallReconciler(ctx)
+    for now in (t + 10, t + 10 + WINDOW):
+        await again.reconcile(world.snapshot(now), now)
+    return again
+
+
+async def test_the_owner_memory_is_kept_in_its_configmap_across_a_restart(fake_api, world, make_ctx):
+    rec = await _deactivate_then_recreate(world, make_ctx, STORE)
+    cm = world.api.get("v1", "ConfigMap", STORE[1], STORE[0])
+    assert json.loads(cm["data"]["owners.json"]) == {"team-a/Job/train": T0 + WINDOW}
+    assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "queuepilot"
+    assert rec.owners == {"team-a/Job/train": T0 + WINDOW}  # read back by the new process
+    (s,) = rec.result.stalled
+    assert not s.deactivate and "Job train created again after a deactivation" in s.held
+    assert world.get("Workload", "job-train-2")["spec"].get("active", True) is True
+    assert fake_api.observed_calls() <= CONTROLLER_API_CALLS
+    await rec.close()
+
+
+async def test_without_the_configmap_a_restart_forgets_and_kills_the_job_again(fake_api, world, make_ctx):
+    """The control: memory only (``--stall-owners-configmap ''``), the new process deactivates it."""
+    rec = await _deactivate_then_recreate(world, make_ctx, None)
+    assert world.get("Workload", "job-train-2")["spec"]["active"] is False
+    (s,) = rec.result.stalled
+    assert s.deactivate and not s.held
+    assert list(rec.owners) == ["team-a/Job/train"] and rec.owners["team-a/Job/train"] > T0 + WINDOW  # anew
+    assert not world.api.list("v1", "ConfigMap")
+    await rec.close()
+
+
+async def test_deactivations_wait_until_the_memory_can_be_read(fake_api, world, make_ctx):
+    base_world(world)
+    admitted_job(world)
+    ctx = make_ctx(settings=OPT_IN)
+    ctx.stall_owners = STORE
+    rec = StallReconciler(ctx)
+    fake_api.fail_next(2, status=500, path_contains="/configmaps/", method="GET")
+    await rec.reconcile(world.snapshot(T0), T0)
+    await rec.reconcile(world.snapshot(T0 + WINDOW), T0 + WINDOW)  # due, but the memory cannot be read
+    assert not workload_patches(fake_api) and rec.result.stalled[0].deactivate
+    assert sample(ctx.registry, "queuepilot_write_errors_total", {"resource": "configmaps", "kind": "server"}) == 2
+    await rec.reconcile(world.snapshot(T0 + WINDOW + 120), T0 + WINDOW + 120)  # read (none yet): it goes
+    assert world.get("Workload", "job-train")["spec"]["active"] is False
+    await rec.close()
+
+
+@pytest.mark.parametrize("text", ['["team-a/Job/train"]', "{not json", '{"team-a/Job/x": "soon", "bad": 1, "a/b/c": 5}'])
+async def test_a_malformed_memory_is_counted_and_written_anew(fake_api, world, make_ctx, text):
+    base_world(world)
+    admitted_job(world)
+    world.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STORE[1], "namespace": STORE[0]},
+               "data": {"owners.json": text}})
+    ctx = make_ctx(settings=OPT_IN)
+    ctx.stall_owners = STORE
+    rec = StallReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)
+    assert sample(ctx.registry, "queuepilot_source_errors_total", {"source": "stall_owners", "kind": "malformed"}) == 1
+    kept_before = {"a/b/c": 5.0} if text.startswith('{"') else {}
+    assert rec.owners == kept_before  # what could be read is kept (and pruned later), the rest left out
+    await rec.reconcile(world.snapshot(T0 + WINDOW), T0 + WINDOW)
+    cm = world.api.get("v1", "ConfigMap", STORE[1], STORE[0])
+    assert "team-a/Job/train" in json.loads(cm["data"]["owners.json"])
+    await rec.close()

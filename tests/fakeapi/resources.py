@@ -124,6 +124,7 @@ def core_types() -> list[ResourceType]:
         _core("", "v1", "Pod", "pods", True, True),
         _core("", "v1", "Service", "services", True, True),
         _core("", "v1", "Secret", "secrets", True, False),
+        _core("", "v1", "ConfigMap", "configmaps", True, False),
         _core("", "v1", "Event", "events", True, False),
         _core("coordination.k8s.io", "v1", "Lease", "leases", True, False),
         _core("events.k8s.io", "v1", "Event", "events", True, False),
