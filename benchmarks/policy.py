@@ -360,9 +360,11 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str,
                                    list(POLICIES)),
         "resumes": _ordered(float(r["resume"]) for r in runs if float(r["resume"]) != DEFAULT_RESUME),
         "resume_labels": _ordered(r["label"] for r in runs if float(r["resume"]) != DEFAULT_RESUME),
-        "caps": _ordered(float(r["cap"]) for r in runs),
+        "caps": _ordered(float(r["cap"]) for r in runs if float(r["cap"]) != DEFAULT_CAP),
         "cap_policies": _ordered((r["policy"] for r in runs if r["cap"] != DEFAULT_CAP), list(POLICIES)),
         "held_out": _ordered(r["start"] for r in runs if (r["start"], float(r["hours"])) != window[1:]),
+        "held_out_hours": next((float(r["hours"]) for r in runs if (r["start"], float(r["hours"])) != window[1:]),
+                               float(first.get("held_out_hours", WEEK_H))),
         "ref": first["ref"], "quick": False, "merged_from": listed,
     }
     if rerun:
@@ -511,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                          " ".join([COMMAND, *argv]), args.supersede or ())
         except (OSError, ValueError, KeyError) as e:
             raise SystemExit(f"policy.py --merge: {e}") from None
-        reference_plots_from([Path(f) for f in args.merge], out, name)
+        reference_plots_from(plot_source([Path(f) for f in args.merge]), out, name)
         json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     else:
         data = run(args, argv)
@@ -596,6 +598,20 @@ def plan_text(tasks: Sequence[Task], ax: Mapping[str, Any], prev: Mapping[tuple[
                  f"min (costs from {source}"
                  + (f"; estimated for {len(missing)} (model, label) pairs it lacks" if missing else "") + ")")
     return "\n".join(lines)
+
+
+def plot_source(sources: Sequence[Path]) -> Path:
+    """The source whose reference plots a merge keeps: the one that ran the most reference runs (every
+    policy's run on its window at the first model, seed and rate, at the defaults; the plots draw them
+    all), the first of those on a tie."""
+    def refs(path: Path) -> int:
+        data = normalize(json.loads(path.read_text()))
+        meta = data["meta"]
+        ref = (meta["ref"][0], int(meta["ref"][1]), float(meta["ref"][2]))
+        return sum(1 for r in data["runs"] if is_reference(Task(**{k: r[k] for k in Task.__dataclass_fields__}),
+                                                           ref, meta["start"], float(meta["hours"])))
+    counts = [refs(p) for p in sources]
+    return sources[counts.index(max(counts))]
 
 
 def select(tasks: Sequence[Task], labels: Sequence[str] | None) -> list[Task]:

@@ -270,13 +270,13 @@ def numbers(t: Target, q: Sequence[Mapping[str, Any]], ys: Mapping[str, Sequence
                 f"{fmt(mean_key(q, 'tasks_killed'), ',.0f')} Ray tasks killed")
     if k == "controllable_idle":
         return (f"controllable idle {fmt(mean_key(q, 'idle_gpu_hours_controllable'))} GPU-h against ray-idle's "
-                f"{fmt(mean_key(ri, 'idle_gpu_hours_controllable'))}; by class: {idle_by_class(q)}")
+                f"{fmt(mean_key(ri, 'idle_gpu_hours_controllable'))}; idle by class (in_job is not controllable): {idle_by_class(q)}")
     if k == "scale_down_after_up":
         return (f"{fmt(mean_key(q, 'scale_downs_after_up_300s'), ',.1f')} scale-downs within 300 s of a scale-up "
                 f"out of {fmt(mean_key(q, 'scale_events'))} scale events")
     if k == "bound":
         return (f"controllable idle {fmt(mean_key(q, 'idle_gpu_hours_controllable'))} GPU-h against a lower bound "
-                f"of {fmt(mean_key(q, 'lower_bound_idle_gpu_hours'))}; by class: {idle_by_class(q)}")
+                f"of {fmt(mean_key(q, 'lower_bound_idle_gpu_hours'))}; idle by class (in_job is not controllable): {idle_by_class(q)}")
     return ""
 
 
@@ -738,6 +738,17 @@ def matrix_kind(meta: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _differs(key: str, meta: Mapping[str, Any], full: Mapping[str, Any]) -> bool:
+    """Whether a page's axis says something else than the whole matrix's: a list in another order does not,
+    nor the cap-sweep policies where neither sweeps the cap."""
+    mine, theirs = meta.get(key), full[key]
+    if key == "cap_policies" and not meta.get("caps") and not full["caps"]:
+        return False
+    if isinstance(mine, list) and isinstance(theirs, list):
+        return sorted(map(str, mine)) != sorted(map(str, theirs))
+    return bool(mine != theirs)
+
+
 def _axis_text(key: str, value: Any) -> str:
     if key == "hours":
         return f"{float(value):g} h"
@@ -764,7 +775,7 @@ def scope(meta: Mapping[str, Any], n_runs: int) -> list[str]:
         return [head]
     full = default_axes(quick=False)
     diffs = [f"{AXES[k]} {_axis_text(k, meta.get(k))} here, {_axis_text(k, full[k])} there" for k in AXES
-             if meta.get(k) != full[k]]
+             if _differs(k, meta, full)]
     if not diffs:
         return [head]
     return [head + " Against the whole matrix ([policy.md](policy.md), `make bench-full`): " + "; ".join(diffs)

@@ -112,14 +112,12 @@ def plot_reference(out: Path, prefix: str, runs: Sequence[Mapping[str, Any]]) ->
     plot_timeline(out / f"{prefix}_timeline.png", engines, ref[0]["total_gpus"])
 
 
-def reference_plots_from(sources: Sequence[Path], out: Path, prefix: str) -> None:
-    """A merge draws no reference plots (the runs' raw metrics are not kept): it keeps those of the first
-    source that has them (the one that ran the reference run), under this page's prefix."""
+def reference_plots_from(source: Path, out: Path, prefix: str) -> None:
+    """A merge draws no reference plots (the runs' raw metrics are not kept): it keeps those of the source
+    that ran the reference runs (``policy.plot_source``), under this page's prefix."""
     for kind in ("wait_cdf", "idle_gpu_hours", "timeline"):
-        dst = out / f"{prefix}_{kind}.png"
-        src = next((s.with_name(f"{s.stem}_{kind}.png") for s in sources
-                    if s.with_name(f"{s.stem}_{kind}.png").is_file()), None)
-        if src is not None and src.resolve() != dst.resolve():
+        src, dst = source.with_name(f"{source.stem}_{kind}.png"), out / f"{prefix}_{kind}.png"
+        if src.is_file() and src.resolve() != dst.resolve():
             shutil.copyfile(src, dst)
 
 

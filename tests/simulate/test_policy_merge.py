@@ -116,6 +116,8 @@ def test_runs_at_another_resume_share_or_on_a_held_out_week_are_runs_of_their_ow
         K("grounded", 1, 0.01, "reaper"), K("grounded", 1, 0.01, "reaper", resume=0.5),
         K("grounded", 1, 0.01, "reaper", start="2017-11-02", hours=168.0)]
     assert data["meta"]["resumes"] == [0.5] and data["meta"]["held_out"] == ["2017-11-02"]
+    # the axes a page compares with the whole matrix's: no cap sweep (every run at the default), weeks of 168 h
+    assert data["meta"]["caps"] == [] and data["meta"]["held_out_hours"] == 168.0
     assert data["meta"]["resume_labels"] == ["reaper"]
 
 
@@ -140,3 +142,22 @@ def test_a_superseded_label_is_taken_from_the_first_source_and_the_rest_still_ch
     other = source("new", [record("grounded", 1, 0.01, "ray-idle", idle=8.5)])
     with pytest.raises(ValueError, match=r"policy\.json and new\.json disagree"):
         policy.merge([("new.json", other), ("policy.json", page)], "merge", supersede=["queuepilot+stall"])
+
+
+def test_a_merge_keeps_the_plots_of_the_source_that_ran_the_reference_runs(tmp_path) -> None:
+    """A rerun of a few configurations, named first, must not replace the page's reference plots (every
+    policy's run) with its own (one policy's)."""
+    few = source("new", [record("grounded", 1, 0.01, "queuepilot-reclaim"),
+                         record("grounded", 1, 0.01, "queuepilot", stall=True)])
+    page = source("old", [record("grounded", 1, 0.01, p) for p in ("queuepilot", "queuepilot-reclaim", "ray-idle")])
+    paths = []
+    for name, data in (("few", few), ("page", page)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        (tmp_path / f"{name}_timeline.png").write_bytes(f"{name}'s plot".encode())
+        paths.append(path)
+    assert policy.plot_source(paths) == paths[1]
+    out = tmp_path / "out"
+    assert policy.main(["--merge", ",".join(map(str, paths)), "--supersede", "queuepilot+stall", "--out", str(out),
+                        "--name", "m"]) == 0
+    assert (out / "m_timeline.png").read_bytes() == b"page's plot"
