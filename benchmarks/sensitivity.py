@@ -116,6 +116,12 @@ def task_at(model: str, week: str, seed: int, rate: float, hours: float, label: 
     return Task(model, seed, rate, pol, stall, start=week, hours=hours, **kw)
 
 
+def _task(r: Mapping[str, Any]) -> Task:
+    """The run a record is of (a record written before a field existed has the simulator's default there)."""
+    rec = {**policy.RECORD_DEFAULTS, **r}
+    return Task(**{k: rec[k] for k in Task.__dataclass_fields__})
+
+
 def build(weeks: Sequence[str], models: Sequence[str], seed: int, rate: float, hours: float,
           sweeps: Mapping[str, Sequence[float]]) -> list[Task]:
     """The centre (every label at the defaults) on every week and model, and each knob's other values: all
@@ -237,6 +243,17 @@ def _point_text(knob: str, value: float, model: str) -> str:
     return f"{value:g}" + (" (default)" if value == KNOBS[knob][2] else "")
 
 
+def _rerun_text(meta: Mapping[str, Any]) -> list[str]:
+    """What a ``--rerun`` page took from the page before it, and how that was checked."""
+    rr = meta.get("rerun")
+    if not rr:
+        return []
+    return [f"Only the runs of {', '.join(f'`{lab}`' for lab in rr['labels'])} ran here (`--rerun`); the "
+            f"{rr['reused']} runs of the other labels are the page's of git {rr['from_commit']} ({rr['from_date']}), "
+            f"their decisions unchanged since: their {rr['checked']} runs at the defaults on {rr['check_week']}, rerun "
+            "here, agree on every number (the script refuses otherwise). The wall and CPU times are this run's."]
+
+
 def render(data: Mapping[str, Any]) -> str:
     meta, runs = data["meta"], data["runs"]
     sweeps = meta["sweeps"]
@@ -245,7 +262,7 @@ def render(data: Mapping[str, Any]) -> str:
              + (" with uncommitted changes in the working tree" if meta.get("dirty") else "") + ".",
              f"Machine: {meta['machine']}, {meta['cores']} cores, {meta['python']}; {meta['processes']} worker processes. "
              f"Wall time {meta['wall_s'] / 60:.1f} min for {len(runs)} runs (measured); summed run CPU seconds "
-             f"{meta['run_cpu_s_sum']:,.0f} s.", "",
+             f"{meta['run_cpu_s_sum']:,.0f} s.", *_rerun_text(meta), "",
              f"**What this page covers**: the Philly weeks {', '.join(meta['weeks'])} ({meta['hours']:g} h each, outside "
              "the window the utilization models were calibrated on), under "
              f"{', '.join(f'`{m}`' for m in meta['models'])}, seed {meta['seed']}, GPU failure rate {meta['rate']:g}; "
@@ -334,6 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--costs-from", default=None,
                    help="a policy*.json or sensitivity*.json whose runs' CPU seconds estimate each run "
                         "(default NAME.json, else results/policy-quick.json)")
+    p.add_argument("--rerun", type=csv_s, default=None, metavar="LABELS",
+                   help="run only the runs of these labels, and the other labels' runs at the defaults on the first "
+                        "week as a check; take the other runs from NAME.json, refused where a checked run differs "
+                        "(a change that moves only these labels' decisions)")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -351,6 +372,19 @@ def main(argv: list[str] | None = None) -> int:
     costs_from = Path(args.costs_from) if args.costs_from else (
         json_path if json_path.exists() else RESULTS / "policy-quick.json")
     prev = policy.previous_costs(costs_from)
+    reused: list[dict[str, Any]] = []
+    checks: list[Task] = []
+    if args.rerun:
+        old = json.loads(json_path.read_text())
+        old_runs = {_task(r): r for r in old["runs"]}
+        checks = [task_at(m, args.weeks[0], args.seed, args.rate, args.hours, lab) for m in args.models
+                  for lab in LABELS if lab not in args.rerun]
+        missing = [t for t in tasks if t.label not in args.rerun and t not in old_runs]
+        if missing:
+            raise SystemExit(f"--rerun: {json_path} lacks {len(missing)} runs of the others (first: {missing[0]})")
+        reused = [{**old_runs[t], "commit": old["meta"]["commit"]} for t in tasks
+                  if t.label not in args.rerun and t not in checks]
+        tasks = [t for t in tasks if t.label in args.rerun or t in checks]
     if args.plan:
         cost = {t: policy.estimate(t, prev) for t in tasks}
         print(f"{len(tasks)} runs of {args.hours:g} h ({len(args.weeks)} weeks x {len(args.models)} models; knobs "
@@ -364,19 +398,36 @@ def main(argv: list[str] | None = None) -> int:
         commit = policy._git("rev-parse", "--short", "HEAD") or "?"
         dirty = bool(policy._git("status", "--porcelain", "--", "simulator", "autoscaler", "benchmarks"))
         t0 = time.perf_counter()
-        records = policy.run_matrix(tasks, args.trace, args.jobs, lambda t: False, prev,
-                                    progress=not args.no_progress, title="sensitivity")
+        # the checks first: a --rerun whose other labels moved is refused before the long part runs
+        records = policy.run_matrix(checks, args.trace, args.jobs, lambda t: False, prev,
+                                    progress=not args.no_progress, title="sensitivity checks") if checks else []
+        for r in records:
+            t = _task(r)
+            mine, theirs = r["summary"], old_runs[t]["summary"]
+            differs = sorted(k for k in set(mine) & set(theirs) if mine[k] != theirs[k])
+            if differs:
+                raise SystemExit(f"--rerun: {t.label} on {t.start} now differs from {json_path} ({differs[0]}: "
+                                 f"{theirs[differs[0]]} -> {mine[differs[0]]}): rerun every label")
+        records += policy.run_matrix([t for t in tasks if t not in checks], args.trace, args.jobs, lambda t: False,
+                                     prev, progress=not args.no_progress, title="sensitivity")
         wall = time.perf_counter() - t0
-        order = {t: i for i, t in enumerate(tasks)}
-        records.sort(key=lambda r: order[Task(**{k: r[k] for k in Task.__dataclass_fields__})])
+        cpu = sum(r["cpu_s"] for r in records)  # this run's (not the reused runs')
+        order = {t: i for i, t in enumerate(build(args.weeks, args.models, args.seed, args.rate, args.hours, sweeps))}
+        if args.rerun:  # each record names the commit it ran at
+            records = [{**r, "commit": commit} for r in records] + reused
+        records.sort(key=lambda r: order[_task(r)])
         data = {"meta": {"command": " ".join([COMMAND, *argv]), "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
                          "commit": commit, "dirty": dirty, "machine": policy._machine(),
                          "python": f"{platform.python_implementation()} {platform.python_version()}",
                          "cores": os.cpu_count(), "processes": args.jobs, "wall_s": round(wall, 1),
-                         "run_cpu_s_sum": round(sum(r["cpu_s"] for r in records), 1), "trace": args.trace,
+                         "run_cpu_s_sum": round(cpu, 1), "trace": args.trace,
                          "weeks": list(args.weeks), "hours": args.hours, "models": list(args.models),
                          "seed": args.seed, "rate": args.rate, "sweeps": sweeps, "name": args.name},
                 "runs": records}
+        if args.rerun:
+            data["meta"]["rerun"] = {"labels": list(args.rerun), "reused": len(reused), "checked": len(checks),
+                                     "from_commit": old["meta"]["commit"], "from_date": old["meta"]["date"],
+                                     "check_week": args.weeks[0]}
         json_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     for knob, values in data["meta"]["sweeps"].items():
         for model in data["meta"]["models"]:

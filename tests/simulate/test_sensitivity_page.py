@@ -90,3 +90,59 @@ def test_render_only_writes_the_page_and_a_plot_per_knob(tmp_path) -> None:
     assert "### pause-invisible share (pauses Ray shows nothing of) (`grounded`)" in text
     for knob in ("resume", "pause_invisible"):
         assert (tmp_path / f"s_{knob}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _page(tmp_path, runs: list[dict[str, Any]]) -> None:
+    data = {"meta": {"command": "sensitivity.py", "date": "then", "commit": "old", "dirty": False, "machine": "m",
+                     "python": "CPython", "cores": 2, "processes": 2, "wall_s": 60.0, "run_cpu_s_sum": 100.0,
+                     "trace": "t", "weeks": list(WEEKS), "hours": 168.0, "models": ["grounded"], "seed": 1,
+                     "rate": 0.01, "sweeps": {"resume": [0.25, 0.5]}, "name": "s"}, "runs": runs}
+    (tmp_path / "s.json").write_text(json.dumps(data))
+
+
+def _fake_runs(monkeypatch, summary_of) -> list[list[str]]:
+    """``policy.run_matrix`` answering each task with ``summary_of(task)``; returns what each call ran."""
+    calls: list[list[str]] = []
+
+    def run_matrix(tasks, *_a, **_k):
+        calls.append([f"{t.label}@{t.start}@{t.resume:g}" for t in tasks])
+        out = []
+        for t in tasks:
+            r = record(t.model, t.seed, t.rate, t.policy, stall=t.stall_reclaim, start=t.start, hours=t.hours,
+                       resume=t.resume, summary=summary_of(t))
+            out.append({**r, "reactivate": t.reactivate})
+        return out
+    monkeypatch.setattr(sens.policy, "run_matrix", run_matrix)
+    monkeypatch.setattr(sens.policy, "_git", lambda *a: "new" if a[0] == "rev-parse" else "")
+    return calls
+
+
+ARGS = ["--weeks", ",".join(WEEKS), "--knobs", "resume", "--resume-values", "0.25,0.5", "--name", "s",
+        "--rerun", "queuepilot-reclaim+stall", "--jobs", "1", "--no-progress"]
+
+
+def test_rerun_runs_one_label_after_checking_the_others_and_keeps_their_runs(tmp_path, monkeypatch) -> None:
+    _page(tmp_path, _records())
+    yardstick = {"reaper": REAPER, "ray-idle": RAY}
+    calls = _fake_runs(monkeypatch, lambda t: yardstick.get(t.label) or qp_meeting_all() | {"killed_gpu_hours": 111.0})
+    assert sens.main([*ARGS, "--out", str(tmp_path)]) == 0
+    # the checks first (the others at the defaults on the first week), then the label's runs only
+    assert calls == [[f"reaper@{WEEKS[0]}@0.25", f"ray-idle@{WEEKS[0]}@0.25"],
+                     [f"queuepilot-reclaim+stall@{w}@{r:g}" for w in WEEKS for r in (0.25, 0.5)]]
+    data = json.loads((tmp_path / "s.json").read_text())
+    got = {(r["label"], r["start"], r["resume"]): (r["commit"], r["summary"]["killed_gpu_hours"]) for r in data["runs"]}
+    assert got[("queuepilot-reclaim+stall", WEEKS[1], 0.5)] == ("new", 111.0)
+    assert got[("reaper", WEEKS[1], 0.5)] == ("old", 1000.0) and got[("reaper", WEEKS[0], 0.25)] == ("new", 1000.0)
+    assert len(data["runs"]) == 12 and data["meta"]["rerun"]["reused"] == 6
+    assert "the 6 runs of the other labels are the page's of git old (then)" in (tmp_path / "s.md").read_text()
+
+
+def test_rerun_refuses_when_a_checked_run_moved_before_running_the_rest(tmp_path, monkeypatch) -> None:
+    _page(tmp_path, _records())
+    calls = _fake_runs(monkeypatch, lambda t: {**REAPER, "killed_gpu_hours": 999.0} if t.label == "reaper" else RAY)
+    try:
+        sens.main([*ARGS, "--out", str(tmp_path)])
+        raise AssertionError("a moved yardstick was reused")
+    except SystemExit as e:
+        assert "reaper on 2017-11-02 now differs" in str(e) and "killed_gpu_hours: 1000.0 -> 999.0" in str(e)
+    assert len(calls) == 1  # the long part never ran
