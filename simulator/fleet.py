@@ -287,7 +287,7 @@ class FleetWriter:
     async def load_stall_owners(self, now: float) -> tuple[dict[str, float], int] | None:
         return {}, 0
 
-    async def save_stall_owners(self, owners: Mapping[str, float], now: float) -> WriteOutcome:
+    async def save_stall_owners(self, owners: Mapping[str, float], forget_before: float, now: float) -> WriteOutcome:
         return WriteOutcome("skipped", "not_in_fleet_sim")
 
     async def close(self) -> None:

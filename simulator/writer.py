@@ -231,11 +231,14 @@ class SimWriter:
     async def load_stall_owners(self, now: float) -> tuple[dict[str, float], int] | None:
         return dict(self.stall_owners), 0
 
-    async def save_stall_owners(self, owners: Mapping[str, float], now: float) -> WriteOutcome:
-        """The simulated cluster keeps the owner memory as the ConfigMap would (within its bounds)."""
+    async def save_stall_owners(self, owners: Mapping[str, float], forget_before: float, now: float) -> WriteOutcome:
+        """The simulated cluster keeps the owner memory as the ConfigMap would (merged, within its bounds)."""
         if self.dry_run:
             return WriteOutcome("dry_run")
-        kept = decode_owners(encode_owners(owners))[0]
+        merged = dict(owners)
+        for k, t in self.stall_owners.items():
+            merged[k] = max(t, merged.get(k, t))
+        kept = decode_owners(encode_owners({k: t for k, t in merged.items() if t >= forget_before}))[0]
         if kept == self.stall_owners:
             return WriteOutcome("unchanged", "", 1)
         self.stall_owners = kept

@@ -110,13 +110,13 @@ class KubeWriter:
             return {}, 0
         return await load_owners(self.api_client, *self.stall_owners, now=now, write_guard=self.guard)
 
-    async def save_stall_owners(self, owners: Mapping[str, float], now: float) -> WriteOutcome:
+    async def save_stall_owners(self, owners: Mapping[str, float], forget_before: float, now: float) -> WriteOutcome:
         if self.dry_run:
             return WriteOutcome("dry_run")
         if self.stall_owners is None or self.api_client is None:
             return WriteOutcome("skipped", "not_kept")
-        return await save_owners(self.api_client, *self.stall_owners, owners, field_manager=self.field_manager,
-                                 now=now, write_guard=self.guard)
+        return await save_owners(self.api_client, *self.stall_owners, owners, forget_before=forget_before,
+                                 field_manager=self.field_manager, now=now, write_guard=self.guard)
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:
         target = ref if isinstance(ref, ObjectRef) else ObjectRef(ref.api_version, ref.kind, ref.namespace,

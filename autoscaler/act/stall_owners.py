@@ -4,9 +4,11 @@ deactivated is held as a reactivated one).
 
 One ConfigMap in the controller's namespace (``--stall-owners-configmap``, the chart names it
 ``<fullname>-stall-owners``), one data key ``owners.json``: a JSON object from owner key
-(``namespace/kind/name``) to when a workload of it was last deactivated (Unix seconds).  Only the
-leader writes it, by server-side apply with our field manager after a deactivation it wrote; it reads
-it on its first pass and after a gap (another replica led meanwhile).
+(``namespace/kind/name``) to when a workload of it was last deactivated (Unix seconds).  The leader
+writes it after a deactivation it wrote: a fresh read, its owners merged in (the later time per owner,
+so what another replica wrote during a Lease handover stays; the expired dropped), a server-side apply
+with our field manager pinned to the version read (a 409 reads again).  It reads it on its first pass
+and after a gap (another replica led meanwhile).
 
 Written within bounds (``encode_owners``): at most ``MAX_OWNERS`` entries and ``MAX_BYTES`` of JSON (a
 ConfigMap holds at most 1 MiB), the oldest dropped first.  Read defensively (``decode_owners``): a
@@ -106,18 +108,44 @@ async def load_owners(api_client: ApiClient, namespace: str, name: str, *, now: 
 
 
 async def save_owners(api_client: ApiClient, namespace: str, name: str, owners: Mapping[str, float], *,
-                      field_manager: str, now: float, write_guard: WriteGuard | None = None) -> WriteOutcome:
-    """Server-side apply of the ConfigMap with ``owners`` (created if missing), through the guard."""
+                      forget_before: float, field_manager: str, now: float, write_guard: WriteGuard | None = None,
+                      max_attempts: int = 3) -> WriteOutcome:
+    """Merge ``owners`` into the ConfigMap (the later time per owner: what another replica wrote meanwhile, as
+    during a Lease handover, is kept; an owner deactivated before ``forget_before`` is dropped) and
+    server-side apply it pinned to the version read (created if missing); a 409 reads again, up to
+    ``max_attempts`` times, through the guard."""
     wg = write_guard or WriteGuard()
     key = owners_key(namespace, name)
     held = wg.blocked(key, now)
     if held is not None:
         return held
-    # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
-    res = await wg.call(key, partial(CoreV1Api(api_client).patch_namespaced_config_map,  # type: ignore[call-arg]
-                                     name, namespace, owners_body(namespace, name, owners),
-                                     field_manager=field_manager, force=True, _content_type=APPLY), now)
-    if isinstance(res, Failure):
-        return WriteOutcome("error", res.kind, 1)
-    wg.succeeded(key, "apply")
-    return WriteOutcome("written", "", 1)
+    api = CoreV1Api(api_client)
+    attempts = 0
+    while attempts < max_attempts:
+        attempts += 1
+        got = await wg.call(key, partial(api.read_namespaced_config_map, name, namespace), now, expected=(404,))
+        if isinstance(got, Failure) and got.status != 404:
+            return WriteOutcome("error", got.kind, attempts)
+        merged, version = dict(owners), ""
+        if not isinstance(got, Failure):
+            version = got.metadata.resource_version or ""
+            text = (got.data or {}).get(DATA_KEY)
+            try:
+                theirs = decode_owners(text)[0] if isinstance(text, str) else {}
+            except ValueError:
+                theirs = {}  # malformed: ours replaces it
+            for k, t in theirs.items():
+                merged[k] = max(t, merged.get(k, t))
+        body = owners_body(namespace, name, {k: t for k, t in merged.items() if t >= forget_before})
+        if version:
+            body["metadata"]["resourceVersion"] = version
+        # (the client's type stubs leave out ``_content_type``, which it takes and which must be set)
+        res = await wg.call(key, partial(api.patch_namespaced_config_map, name, namespace, body,  # type: ignore[call-arg]
+                                         field_manager=field_manager, force=True, _content_type=APPLY), now)
+        if isinstance(res, Failure):
+            if res.status == 409 and res.backoff is None and attempts < max_attempts:
+                continue  # another writer between our read and our write: read again
+            return WriteOutcome("conflict" if res.status == 409 else "error", res.kind, attempts)
+        wg.succeeded(key, "apply")
+        return WriteOutcome("written", "", attempts)
+    return WriteOutcome("conflict", "conflict", attempts)

@@ -96,9 +96,10 @@ class Writer(Protocol):
         when it cannot be read now.  ValueError for a malformed document."""
         ...
 
-    async def save_stall_owners(self, owners: Mapping[str, float], now: float) -> WriteOutcome:
+    async def save_stall_owners(self, owners: Mapping[str, float], forget_before: float, now: float) -> WriteOutcome:
         """Keep ``owners`` (owner key -> when a workload of it was deactivated) where ``load_stall_owners``
-        finds them.  In dry-run an implementation answers ``dry_run`` without writing."""
+        finds them, merged with what is kept there (the later time per owner; what is older than
+        ``forget_before`` dropped).  In dry-run an implementation answers ``dry_run`` without writing."""
         ...
 
     def post_event(self, ref: EventTarget, type_: EventType, reason: str, message: str, now: float) -> None:

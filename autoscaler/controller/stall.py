@@ -108,7 +108,7 @@ class StallReconciler:
                 history[s.key] = history[s.key].rollback_deactivation()
         self.history = history
         if self._owners_unsaved:
-            outcome = await self.writer.save_stall_owners(self.owners, now)
+            outcome = await self.writer.save_stall_owners(self.owners, now - self.config.remember_owners_seconds, now)
             # kept, or nowhere to keep it; else (an error, a backoff) again next pass
             self._owners_unsaved = outcome.result not in ("written", "unchanged", "dry_run") and outcome.detail != "not_kept"
         self._publish(snapshot, result)

@@ -332,3 +332,27 @@ async def test_a_malformed_memory_is_counted_and_written_anew(fake_api, world, m
     cm = world.api.get("v1", "ConfigMap", STORE[1], STORE[0])
     assert "team-a/Job/train" in json.loads(cm["data"]["owners.json"])
     await rec.close()
+
+
+async def test_what_another_replica_kept_meanwhile_is_merged_and_the_expired_dropped(fake_api, world, make_ctx):
+    """During a Lease handover two replicas may both write: the write merges into what it reads, pinned to
+    that version, so neither drops the other's owner; an owner older than stall.remember_owners goes."""
+    base_world(world)
+    admitted_job(world)
+    ctx = make_ctx(settings=OPT_IN)
+    ctx.stall_owners = STORE
+    rec = StallReconciler(ctx)
+    await rec.reconcile(world.snapshot(T0), T0)  # read: nothing kept yet
+    week = 7 * 86400.0
+    world.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STORE[1], "namespace": STORE[0]},
+               "data": {"owners.json": json.dumps({"team-b/RayJob/other": T0 + 5, "team-c/Job/old": T0 - week})}})
+    # and a write that meets a newer version (409) reads again and merges again
+    fake_api.fail_next(1, status=409, path_contains="/configmaps/", method="PATCH")
+    await rec.reconcile(world.snapshot(T0 + WINDOW), T0 + WINDOW)
+    assert [o.result for _, o in rec.outcomes] == ["written"]
+    cm = world.api.get("v1", "ConfigMap", STORE[1], STORE[0])
+    assert json.loads(cm["data"]["owners.json"]) == {"team-a/Job/train": T0 + WINDOW, "team-b/RayJob/other": T0 + 5}
+    applies = [r for r in fake_api.requests if r.resource == "configmaps" and r.method == "PATCH"]
+    assert len(applies) == 2 and sample(ctx.registry, "queuepilot_writes_total",
+                                        {"resource": "configmaps", "verb": "apply"}) == 1
+    await rec.close()
