@@ -261,7 +261,8 @@ def render(data: Mapping[str, Any]) -> str:
              f"Generated {meta['date']} by `{meta['command']}`, git {meta['commit']}"
              + (" with uncommitted changes in the working tree" if meta.get("dirty") else "") + ".",
              f"Machine: {meta['machine']}, {meta['cores']} cores, {meta['python']}; {meta['processes']} worker processes. "
-             f"Wall time {meta['wall_s'] / 60:.1f} min for {len(runs)} runs (measured); summed run CPU seconds "
+             f"Wall time {meta['wall_s'] / 60:.1f} min for {len(runs) - (meta.get('rerun') or {}).get('reused', 0)} "
+             "runs (measured); summed run CPU seconds "
              f"{meta['run_cpu_s_sum']:,.0f} s.", *_rerun_text(meta), "",
              f"**What this page covers**: the Philly weeks {', '.join(meta['weeks'])} ({meta['hours']:g} h each, outside "
              "the window the utilization models were calibrated on), under "
