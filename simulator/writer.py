@@ -47,7 +47,7 @@ from autoscaler.act.writer import EventTarget, EventType
 from autoscaler.core.policy.admission import AdmissionDecision
 from autoscaler.core.policy.dispatch import DispatchDecision
 from autoscaler.core.policy.scaling import GroupDecision
-from autoscaler.core.policy.stall import StalledWorkload
+from autoscaler.core.policy.stall import StalledWorkload, merge_owners
 from autoscaler.core.snapshot import CHECK_PENDING, CHECK_READY, CHECK_REJECTED, CHECK_RETRY
 
 WORKLOAD_STATUS = "workloads/status"
@@ -235,9 +235,7 @@ class SimWriter:
         """The simulated cluster keeps the owner memory as the ConfigMap would (merged, within its bounds)."""
         if self.dry_run:
             return WriteOutcome("dry_run")
-        merged = dict(owners)
-        for k, t in self.stall_owners.items():
-            merged[k] = max(t, merged.get(k, t))
+        merged = merge_owners(owners, self.stall_owners)
         kept = decode_owners(encode_owners({k: t for k, t in merged.items() if t >= forget_before}))[0]
         if kept == self.stall_owners:
             return WriteOutcome("unchanged", "", 1)

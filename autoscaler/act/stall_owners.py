@@ -28,7 +28,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from autoscaler.act.guard import Failure, WriteGuard, WriteKey
 from autoscaler.act.outcome import WriteOutcome
-from autoscaler.core.policy.stall import MAX_OWNERS
+from autoscaler.core.policy.stall import MAX_OWNERS, merge_owners
 
 DATA_KEY = "owners.json"
 MAX_BYTES = 512 * 1024  # what we write: half of what a ConfigMap may hold
@@ -131,11 +131,9 @@ async def save_owners(api_client: ApiClient, namespace: str, name: str, owners: 
             version = got.metadata.resource_version or ""
             text = (got.data or {}).get(DATA_KEY)
             try:
-                theirs = decode_owners(text)[0] if isinstance(text, str) else {}
+                merged = merge_owners(owners, decode_owners(text)[0] if isinstance(text, str) else {})
             except ValueError:
-                theirs = {}  # malformed: ours replaces it
-            for k, t in theirs.items():
-                merged[k] = max(t, merged.get(k, t))
+                pass  # malformed: ours replaces it
         body = owners_body(namespace, name, {k: t for k, t in merged.items() if t >= forget_before})
         if version:
             body["metadata"]["resourceVersion"] = version

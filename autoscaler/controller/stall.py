@@ -49,6 +49,7 @@ from autoscaler.core.policy.stall import (
     StallResult,
     StallTrack,
     decide_stalls,
+    merge_owners,
     owner_key,
     remember_owner,
     stall_config,
@@ -131,10 +132,7 @@ class StallReconciler:
         if bad:
             log.warning("the stall owner memory had %d malformed entries: left out", bad)
             self.ctx.counters.source_errors.labels(source="stall_owners", kind="malformed").inc()
-        merged = dict(kept)
-        for key, t in self.owners.items():
-            merged[key] = max(t, merged.get(key, t))
-        self.owners = remember_owner(merged, None, self.config, now)  # pruned and bounded
+        self.owners = remember_owner(merge_owners(kept, self.owners), None, self.config, now)  # pruned, bounded
         self._owners_unsaved = self._owners_unsaved or self.owners != kept
         if self._waiting_logged:
             log.info("stall owner memory read: %d owners", len(self.owners))

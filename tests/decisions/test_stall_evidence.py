@@ -281,3 +281,11 @@ def test_the_config_section_takes_reactivated():
     for bad in ("-1h", "40d", True, "soon"):
         with pytest.raises(ValueError, match="remember_owners"):
             stall_config({"stall": {"remember_owners": bad}})
+
+
+def test_two_owner_memories_merge_at_the_later_time_of_each_owner():
+    from autoscaler.core.policy.stall import merge_owners
+    a = {"ns/Job/a": 10.0, "ns/Job/b": 50.0}
+    b = {"ns/Job/b": 20.0, "ns/RayJob/c": 30.0}
+    assert merge_owners(a, b) == merge_owners(b, a) == {"ns/Job/a": 10.0, "ns/Job/b": 50.0, "ns/RayJob/c": 30.0}
+    assert a == {"ns/Job/a": 10.0, "ns/Job/b": 50.0}  # neither argument changed

@@ -75,6 +75,7 @@ __all__ = [
     "StallTrack",
     "StalledWorkload",
     "decide_stalls",
+    "merge_owners",
     "owner_key",
     "ray_clusters_to_watch",
     "remember_owner",
@@ -381,6 +382,14 @@ def remember_owner(owners: Mapping[str, float], key: str | None, config: StallCo
     if len(keep) > MAX_OWNERS:
         keep = dict(sorted(keep.items(), key=lambda kv: (kv[1], kv[0]))[-MAX_OWNERS:])
     return keep
+
+
+def merge_owners(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    """Two owner memories as one: every owner of either, at the later of its times."""
+    out = dict(a)
+    for key, t in b.items():
+        out[key] = max(t, out.get(key, t))
+    return out
 
 
 def decide_stalls(
