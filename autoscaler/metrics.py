@@ -61,7 +61,8 @@ FLAVOR_LARGEST_FREE_BLOCK = MetricSpec(
 # --- admission ----------------------------------------------------------------------------------------
 ADMISSION_DECISIONS_TOTAL = MetricSpec(
     "queuepilot_admission_decisions_total", "counter",
-    "AdmissionCheck decisions written, by state and reason; mode=dry_run counts the state a live controller would "
+    "AdmissionCheck decisions written, by state and reason (state=Pending: the entry left Pending with a new "
+    "message, e.g. waiting for GPUs with quota reserved); mode=dry_run counts the state a live controller would "
     "have written (in dry-run every check is set Ready).",
     "count", ("cluster_queue", "state", "reason", "mode"), "STABLE", "admission policy",
 )

@@ -54,7 +54,7 @@ from autoscaler.core.policy.admission import (
 )
 from autoscaler.core.policy.config import admission_config
 from autoscaler.core.policy.ledger import Ledger, release
-from autoscaler.core.snapshot import CHECK_READY, CHECK_RETRY, ClusterSnapshot
+from autoscaler.core.snapshot import CHECK_PENDING, CHECK_READY, CHECK_RETRY, ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,15 @@ def shadow_message(d: AdmissionDecision) -> str:
 def shadow(d: AdmissionDecision) -> AdmissionDecision:
     """``d`` as the dry-run writes it: ``Ready`` at once, the live decision in the message."""
     return replace(d, state=CHECK_READY, message=shadow_message(d), requeue_after_seconds=None)
+
+
+def _already_written(snapshot: ClusterSnapshot, d: AdmissionDecision) -> bool:
+    """True when ``d`` leaves the entry Pending and the snapshot's entry is Pending with its message."""
+    if d.state is not None:
+        return False
+    wl = snapshot.workloads.get(d.workload)
+    entry = next((c for c in wl.checks if c.name == d.check), None) if wl is not None else None
+    return entry is not None and entry.state == CHECK_PENDING and entry.message == d.message
 
 
 def forced_ready(snapshot: ClusterSnapshot, controller_name: str) -> set[str]:
@@ -123,8 +132,10 @@ class AdmissionReconciler(WritingReconciler):
         result = await offload(snapshot_size(snapshot), self._decide, snapshot, None if rebuild else self.ledger,
                                self.history, now)
         self.ledger, self.history = result.ledger, dict(result.history)
-        outcomes = await asyncio.gather(*(self._write(d, now) for d in result.decisions))
-        self.outcomes = list(zip(result.decisions, outcomes, strict=True))
+        # a workload left Pending with the message its entry already shows needs no request, no Event
+        todo = [d for d in result.decisions if not _already_written(snapshot, d)]
+        outcomes = await asyncio.gather(*(self._write(d, now) for d in todo))
+        self.outcomes = list(zip(todo, outcomes, strict=True))
         for i, (d, outcome) in enumerate(self.outcomes):
             if i and i % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # a pass with many decisions must not hold the event loop
@@ -171,11 +182,11 @@ class AdmissionReconciler(WritingReconciler):
                 self.history[d.workload] -= 1
             return
         mode = "dry_run" if self.dry_run else "live"
-        if d.state is not None:
-            self.ctx.counters.admission_decisions.labels(
-                cluster_queue=d.cluster_queue or "", state=d.state, reason=d.reason, mode=mode).inc()
-            if d.quota_reserved_at is not None:
-                self.ctx.counters.admission_decision_seconds.observe(max(0.0, now - d.quota_reserved_at))
+        # a workload left Pending with a new message (waiting for GPUs, a stale signal) counts as Pending
+        self.ctx.counters.admission_decisions.labels(
+            cluster_queue=d.cluster_queue or "", state=d.state or CHECK_PENDING, reason=d.reason, mode=mode).inc()
+        if d.state is not None and d.quota_reserved_at is not None:
+            self.ctx.counters.admission_decision_seconds.observe(max(0.0, now - d.quota_reserved_at))
         ref = ObjectRef("kueue.x-k8s.io/v1beta2", "Workload", d.namespace, d.name, d.uid, d.resource_version)
         if self.dry_run:
             self.writer.post_event(ref, "Normal", d.reason, f"{d.check}: {shadow_message(d)}", now)

@@ -30,6 +30,7 @@ from simulator.demo.world import (
     SCALE_UP,
     STALLED,
     UNHEALTHY,
+    WAITING,
     DemoWorld,
     StoryEntry,
     _clock,
@@ -39,7 +40,8 @@ from simulator.kueue import PENDING, RESERVED
 
 WIDTH, HEIGHT = 80, 24
 ELLIPSIS = "…"
-LABELS = {READY: ("Ready", "green"), RETRY: ("Retry", "yellow"), REJECTED: ("Reject", "red"),
+LABELS = {READY: ("Ready", "green"), RETRY: ("Retry", "yellow"), WAITING: ("Wait", "yellow"),
+          REJECTED: ("Reject", "red"),
           UNHEALTHY: ("GPU ✗", "bold red"), REPAIRED: ("GPU ok", "green"), SCALE_DOWN: ("Down", "cyan"),
           SCALE_UP: ("Up", "cyan"), RECLAIMED: ("Reclaim", "cyan"), STALLED: ("Stall", "magenta")}
 LABEL_WIDTH = max(len(label) for label, _ in LABELS.values())

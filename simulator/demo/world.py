@@ -100,8 +100,9 @@ class DemoConfig:
 
 
 # kinds of story entries
-READY, RETRY, REJECTED, UNHEALTHY, REPAIRED, SCALE_DOWN, SCALE_UP, RECLAIMED, STALLED, OTHER = (
-    "ready", "retry", "rejected", "unhealthy", "repaired", "scale-down", "scale-up", "reclaimed", "stalled", "other")
+READY, RETRY, WAITING, REJECTED, UNHEALTHY, REPAIRED, SCALE_DOWN, SCALE_UP, RECLAIMED, STALLED, OTHER = (
+    "ready", "retry", "waiting", "rejected", "unhealthy", "repaired", "scale-down", "scale-up", "reclaimed", "stalled",
+    "other")
 # what a person is shown within the first real minute (tests/demo measure when each first appears)
 STORY_KINDS = (SCALE_UP, SCALE_DOWN, RETRY, REJECTED, RECLAIMED, STALLED)
 RECLAIM_REASONS = frozenset({"IdleActorsReclaimed", "IdleWorkersReplaced"})
@@ -136,7 +137,8 @@ def classify(line: str) -> tuple[str, str, str, str]:
     """A controller decision line -> (kind, subject, reason, message for people)."""
     m = _ADMISSION.match(line)
     if m:
-        kind = {"Ready": READY, "Retry": RETRY, "Rejected": REJECTED}.get(m["state"], OTHER)
+        kind = {"Ready": READY, "Retry": RETRY, "Rejected": REJECTED, "Pending": WAITING,
+                "leave Pending": WAITING}.get(m["state"], OTHER)
         return kind, m["wl"], m["reason"], _tidy(m["msg"])
     m = _SCALING.match(line)
     if m:
@@ -315,7 +317,7 @@ class DemoWorld:
 
     def _on_decision(self, line: str) -> None:
         kind, subject, reason, text = classify(line)
-        if kind in (READY, RETRY, REJECTED):
+        if kind in (READY, RETRY, WAITING, REJECTED):
             prev = self._last_reason.get(subject)
             since = prev[1] if prev is not None and prev[0] == reason else self.engine.now
             self._last_reason[subject] = (reason, since)

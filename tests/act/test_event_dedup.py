@@ -52,7 +52,7 @@ async def test_the_same_reason_on_a_new_decision_is_a_new_event(fake_api, world,
     retried, requeued and retried again with the same words gets a second Event."""
     world.add(k.flavor("a100"), k.cluster_queue("cq-a", {"a100": 64}), k.local_queue("lq-a", "team-a", "cq-a"),
               k.admission_check(), k.node("n0"), k.pod("busy", "team-b", "n0", 4), k.workload("w"))
-    rec = AdmissionReconciler(make_ctx())
+    rec = AdmissionReconciler(make_ctx(settings={"admission": {"capacity_wait": 0}}))  # Retry at once
     world.reserve("w", "cq-a", {"main": "a100"}, T0)
     await rec.reconcile(world.snapshot(T0 + 1), T0 + 1)
     world.kueue_react(T0 + 2)  # evicted, requeued

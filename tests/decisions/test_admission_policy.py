@@ -12,7 +12,9 @@ from autoscaler.core.policy.ledger import Ledger, release
 from autoscaler.core.snapshot import CheckState
 from tests.decisions.builders import CHECK, NOW, node, snapshot, workload
 
-CFG = AdmissionConfig()
+# Retry at once when the GPUs are not free: the table below is the ladder after the capacity wait,
+# which has tests of its own (the ``test_capacity_wait_*`` ones, on the default configuration)
+CFG = AdmissionConfig(capacity_wait_seconds=0)
 
 
 def decide(snap, ledger=None, history=None, config=CFG):
@@ -252,3 +254,72 @@ def test_a_workload_that_keeps_failing_on_fragmentation_is_told_what_to_do():
     big = workload("big", [("main", 4, 8)])
     short = only(decide(snapshot(FOUR_NODES, [big]), history={big.key: 10}))
     assert short.reason == R.INSUFFICIENT_GPUS and "reserve whole nodes" not in short.message
+
+
+# ---------------------------------------------------------------------------------- capacity wait
+
+WAIT = AdmissionConfig()  # the default: wait capacity_wait_seconds with quota reserved, then Retry
+
+
+def test_capacity_wait_holds_pending_with_quota_then_retries():
+    assert WAIT.capacity_wait_seconds == 1800
+    for pod_sets, reason in (([("main", 4, 8)], R.INSUFFICIENT_GPUS), ([("main", 3, 8)], R.FRAGMENTED)):
+        # reserved 1,000 s ago: within the wait, the entry stays Pending (state None), no backoff counted
+        r = decide(snapshot(FOUR_NODES, [workload("w", pod_sets, reserved_at=NOW - 1_000)]),
+                   history={"team-a/w": 2}, config=WAIT)
+        d = only(r)
+        assert (d.state, d.reason, d.requeue_after_seconds) == (None, reason, None)
+        assert "waiting with quota reserved for up to 1800s from its reservation, then Retry" in d.message
+        assert dict(r.history) == {"team-a/w": 2} and r.ledger.reservations == {}
+        # the wait is over: Retry with the backoff of the history, as without a wait
+        r = decide(snapshot(FOUR_NODES, [workload("w", pod_sets, reserved_at=NOW - 1_800)]),
+                   history={"team-a/w": 2}, config=WAIT)
+        d = only(r)
+        assert (d.state, d.reason, d.requeue_after_seconds) == ("Retry", reason, WAIT.backoff_seconds(2))
+        assert dict(r.history) == {"team-a/w": 3}
+
+
+def test_capacity_wait_message_does_not_change_with_the_free_blocks():
+    # one message for the whole wait, so the entry is written (and an Event left) once
+    w = workload("w", [("main", 4, 8)], reserved_at=NOW - 10)
+    a = only(decide(snapshot(FOUR_NODES, [w]), config=WAIT))
+    b = only(decide(snapshot([node("n0"), node("n1", requested=7), node("n2"), node("n3", requested=1)], [w]),
+                    config=WAIT))
+    assert (a.state, b.state) == (None, None) and a.message == b.message
+    assert a.message.startswith("needs 4 pods x 8 GPUs (main) on flavor a100; not enough free healthy GPUs")
+
+
+def test_capacity_wait_ready_as_soon_as_the_gpus_are_free():
+    w = workload("w", [("main", 3, 8)], reserved_at=NOW - 100)
+    assert only(decide(snapshot(FOUR_NODES, [w]), config=WAIT)).state is None
+    freed = [node("n0"), node("n1"), node("n2"), node("n3", requested=5)]  # n2's 2 GPUs freed: three 8-blocks
+    d = only(decide(snapshot(freed, [w]), config=WAIT))
+    assert (d.state, d.reason, d.reserved_gpus) == ("Ready", R.CAPACITY_CONFIRMED, 24)
+
+
+def test_capacity_wait_does_not_hold_back_a_younger_workload_that_fits():
+    # the older whole-node workload waits; the younger one takes a free block it fits, as pods would
+    nodes = [node("n0", requested=1), node("n1", requested=4)]
+    wls = [workload("big", [("main", 1, 8)], reserved_at=NOW - 600), workload("small", [("main", 1, 2)],
+                                                                          reserved_at=NOW - 60)]
+    r = decide(snapshot(nodes, wls), config=WAIT)
+    assert [(d.name, d.state) for d in r.decisions] == [("big", None), ("small", "Ready")]
+
+
+def test_capacity_wait_needs_a_known_reservation_time_and_zero_turns_it_off():
+    nodes = FOUR_NODES
+    unknown = replace(workload("w", [("main", 4, 8)]), quota_reserved_at=None)
+    assert only(decide(snapshot(nodes, [unknown]), config=WAIT)).state == "Retry"
+    future = workload("w", [("main", 4, 8)], reserved_at=NOW + 60)  # a clock skew never makes it wait longer
+    assert only(decide(snapshot(nodes, [future]), config=WAIT)).state == "Retry"
+    now = workload("w", [("main", 4, 8)], reserved_at=NOW)
+    assert only(decide(snapshot(nodes, [now]), config=CFG)).state == "Retry"
+
+
+def test_capacity_wait_leaves_the_ladder_before_it_alone():
+    # rejections and stale-signal handling come first; the wait is only for GPUs not free yet
+    w = workload("w", [("main", 1, 16)], reserved_at=NOW - 10)
+    assert only(decide(snapshot(FOUR_NODES, [w]), config=WAIT)).reason == R.POD_LARGER_THAN_NODE
+    w = workload("w", [("main", 4, 8)], reserved_at=NOW - 10)
+    assert only(decide(snapshot(FOUR_NODES, [w], gpu_age=600), config=WAIT)).state == "Ready"
+    assert only(decide(snapshot([], [w]), config=WAIT)).reason == R.FLAVOR_HAS_NO_NODES

@@ -18,7 +18,7 @@ from tests.support.eventually import eventually
 
 async def test_gpu_fails_between_two_admissions(fake_api, world, make_ctx):
     base_world(world)
-    ctx = make_ctx()
+    ctx = make_ctx(settings={"admission": {"capacity_wait": "5m"}})
     rec = AdmissionReconciler(ctx)
     world.add(k.workload("w1"), k.workload("w2"))
     world.reserve("w1", "cq-a", {"main": "a100"}, T0)
@@ -29,11 +29,20 @@ async def test_gpu_fails_between_two_admissions(fake_api, world, make_ctx):
     # XID 79 on GPU 3 of n1 before the second workload gets quota; w1's pods are not running yet
     world.unhealthy.add(("n1", 3))
     world.reserve("w2", "cq-a", {"main": "a100"}, T0 + 3)
+    # within the capacity wait: the entry stays Pending, with quota, and says why (written once)
     await rec.reconcile(world.snapshot(T0 + 4), T0 + 4)
+    e2 = world.check_entry("w2")
+    assert e2["state"] == "Pending" and "not enough free healthy GPUs; waiting with quota reserved" in e2["message"]
+    assert world.kueue_react(T0 + 5) == []
+    fake_api.clear_requests()
+    await rec.reconcile(world.snapshot(T0 + 60), T0 + 60)  # the same wait: no request at all
+    assert not [r for r in fake_api.requests if r.resource == "workloads"]
+    # the wait is over and the GPU still failed: Retry, the quota goes back to Kueue
+    await rec.reconcile(world.snapshot(T0 + 303), T0 + 303)
     e2 = world.check_entry("w2")
     assert e2["state"] == "Retry" and e2["requeueAfterSeconds"] == 30
     assert "largest free healthy blocks: 7" in e2["message"] and "8 promised" in e2["message"]
-    assert world.kueue_react(T0 + 5) == [("w2", "evicted")]
+    assert world.kueue_react(T0 + 304) == [("w2", "evicted")]
     w2 = world.get("Workload", "w2")
     assert world.check_entry("w2")["state"] == "Pending" and "admission" not in w2["status"]
     # our write was a server-side apply with our field manager, on the status subresource only
@@ -41,7 +50,7 @@ async def test_gpu_fails_between_two_admissions(fake_api, world, make_ctx):
     assert k.CONTROLLER in managers and managers[k.CONTROLLER]["subresource"] == "status"
     # no further write to the evicted workload (Kueue #3322/#3543)
     fake_api.clear_requests()
-    await rec.reconcile(world.snapshot(T0 + 6), T0 + 6)
+    await rec.reconcile(world.snapshot(T0 + 305), T0 + 305)
     assert not [r for r in fake_api.requests if r.resource == "workloads" and r.verb == "patch"]
     reg = ctx.registry
     assert sample(reg, "queuepilot_admission_decisions_total",
@@ -51,7 +60,9 @@ async def test_gpu_fails_between_two_admissions(fake_api, world, make_ctx):
     await rec.events.drain()
     evs = events(fake_api)
     assert ("w1", "Normal", R.CAPACITY_CONFIRMED) in [e[:3] for e in evs]
-    assert ("w2", "Warning", R.INSUFFICIENT_GPUS) in [e[:3] for e in evs]
+    w2_events = [e for e in evs if e[0] == "w2"]
+    assert [e[1:3] for e in w2_events] == [("Warning", R.INSUFFICIENT_GPUS)] * len(w2_events)
+    assert any("Pending: " in e[3] for e in w2_events) and any("Retry: " in e[3] for e in w2_events)
     assert_rbac(fake_api)
     await rec.close()
 
@@ -63,6 +74,28 @@ async def test_fragmented_flavor_then_room(fake_api, world, make_ctx):
     world.add(k.workload("big", pod_sets=(("main", 3, 8),)))
     world.reserve("big", "cq-a", {"main": "a100"}, T0)
     rec = AdmissionReconciler(make_ctx())
+    await rec.reconcile(world.snapshot(T0 + 1), T0 + 1)
+    e = world.check_entry("big")
+    assert e["state"] == "Pending"
+    assert e["message"] == ("needs 3 pods x 8 GPUs (main) on flavor a100; no free block fits; waiting with quota "
+                            "reserved for up to 1800s from its reservation, then Retry")
+    assert world.kueue_react(T0 + 2) == []  # Kueue keeps its quota reserved
+    # the 2-GPU pod finishes; the next pass finds three free 8-GPU blocks: Ready, no eviction, no requeue
+    fake_api.delete("v1", "Pod", "busy-2", "team-b")
+    await rec.reconcile(world.snapshot(T0 + 41), T0 + 41)
+    assert world.check_entry("big")["state"] == "Ready"
+    assert world.kueue_react(T0 + 42) == [("big", "admitted")]
+    assert rec.history == {}
+    assert_rbac(fake_api)
+    await rec.close()
+
+
+async def test_fragmented_flavor_retries_at_once_without_a_capacity_wait(fake_api, world, make_ctx):
+    base_world(world, nodes=("n0", "n1", "n2", "n3"))
+    world.add(k.pod("busy-2", "team-b", "n2", 2), k.pod("busy-3", "team-b", "n3", 5))
+    world.add(k.workload("big", pod_sets=(("main", 3, 8),)))
+    world.reserve("big", "cq-a", {"main": "a100"}, T0)
+    rec = AdmissionReconciler(make_ctx(settings={"admission": {"capacity_wait": 0}}))
     await rec.reconcile(world.snapshot(T0 + 1), T0 + 1)
     e = world.check_entry("big")
     assert e["state"] == "Retry"
@@ -204,7 +237,7 @@ async def test_dry_run_is_a_shadow_kueue_admits_as_without_us(fake_api, world, m
     world.reserve("w2", "cq-a", {"main": "a100"}, T0 + 1)
     world.reserve("huge", "cq-a", {"main": "a100"}, T0 + 2)
     world.ray_demand["team-a/rc"] = (k.RayDemand(kind="task", shape=k.frozen_map({"GPU": 1.0}), count=2),)
-    ctx = make_ctx(dry_run=True)
+    ctx = make_ctx(dry_run=True, settings={"admission": {"capacity_wait": 0}})
     adm, scale, stall, _recommend = build_reconcilers(ctx)
     assert stall.writer is scale.writer
     assert adm.events is scale.events
@@ -269,7 +302,10 @@ async def test_dry_run_ledger_rebuild_leaves_forced_readies_out(fake_api, world,
     world.reserve("w2", "cq-a", {"main": "a100"}, T0 + 1)
     first = AdmissionReconciler(make_ctx(dry_run=True))
     await first.reconcile(world.snapshot(T0 + 2), T0 + 2)
-    assert world.check_entry("w2")["message"].startswith("dry-run: would Retry")
+    # the live controller would wait for the GPUs with the quota reserved; the dry-run says so, Ready
+    assert world.check_entry("w2")["state"] == "Ready"
+    assert world.check_entry("w2")["message"].startswith(
+        "dry-run: would leave Pending: needs 1 pod x 8 GPUs (main) on flavor a100; not enough free healthy GPUs")
     world.kueue_react(T0 + 3)
     fake_api.delete("v1", "Pod", "busy", "team-b")  # n1 is all free now
     world.reserve("w3", "cq-a", {"main": "a100"}, T0 + 4)

@@ -41,7 +41,8 @@ FAMILIES = ("queuepilot_admission_decisions_total", "queuepilot_scale_decisions_
             "queuepilot_writes_total", "queuepilot_write_errors_total")
 # the scaler's windows, short enough for a scenario of a few passes (same settings on both sides)
 SETTINGS = {"scaling": {"idle_window": "2m", "pressured_idle_window": "2m",
-                        "scale_down": {"stabilization_window": "30s"}}}
+                        "scale_down": {"stabilization_window": "30s"}},
+            "admission": {"capacity_wait": "5m"}}
 
 
 # --------------------------------------------------------------------------------- the sim side
@@ -204,7 +205,8 @@ async def test_the_same_scenario_through_both_writers(fake_api, world, make_ctx)
     assert node0 is not None and e.workloads["rayjob-0"].state == "running"
     world.add(pod("rayjob-0-0", "team-a", node0, 8, T0 + 12))
 
-    # 3. a GPU of the other node fails; rayjob-1 (8 GPUs) cannot be placed: Retry, Kueue evicts it
+    # 3. a GPU of the other node fails; rayjob-1 (8 GPUs) cannot be placed: it waits with its quota
+    #    (Pending, written once), then Retry once the capacity wait is over; Kueue evicts it
     other = next(n for n in e.cluster.nodes if n.name != node0)
     e.cluster.fail(other, 3)
     world.unhealthy.add((other.name, 3))
@@ -215,8 +217,17 @@ async def test_the_same_scenario_through_both_writers(fake_api, world, make_ctx)
     await kube.pass_(T0 + 21, scaling=False)
     await sim.pass_(T0 + 21, scaling=False)
     same(kube, sim)
+    assert [x[1:3] + x[5:] for x in admission_seen(sim.admission)] == [(None, "InsufficientGpus", "written")]
+    assert world.kueue_react(T0 + 22) == []
+    await kube.pass_(T0 + 200, scaling=False)
+    await sim.pass_(T0 + 200, scaling=False)
+    same(kube, sim)
+    assert admission_seen(sim.admission) == []  # the same wait: nothing to write on either side
+    await kube.pass_(T0 + 320, scaling=False)
+    await sim.pass_(T0 + 320, scaling=False)
+    same(kube, sim)
     assert [x[1:3] for x in admission_seen(sim.admission)] == [("Retry", "InsufficientGpus")]
-    assert world.kueue_react(T0 + 22) == [("rayjob-1", "evicted")]
+    assert world.kueue_react(T0 + 322) == [("rayjob-1", "evicted")]
     assert e.workloads["rayjob-1"].state == "pending" and e.metrics.retries == 1
     assert "Traceback" not in str(admission_seen(sim.admission))
     # a decision for a workload that no longer holds quota is skipped on both sides (the guard)

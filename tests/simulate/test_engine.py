@@ -85,9 +85,9 @@ def test_retry_requeues_after_backoff():
     assert k.schedule(65.0, ("f",)) == [w]
 
 
-def _failed_gpu_engine(policy: str, **cfg_kw) -> Engine:
+def _failed_gpu_engine(policy: str, horizon: float = 900.0, **cfg_kw) -> Engine:
     cfg = SimConfig(nodes=1, teams=("team-a",), check_invariants=True, **{"pods_ready_timeout_s": None, **cfg_kw})
-    e = Engine([Job(0, "team-a", 10.0, 300.0, 8, 0.5)], 900.0, policy, cfg)
+    e = Engine([Job(0, "team-a", 10.0, 300.0, 8, 0.5)], horizon, policy, cfg)
     e.cluster.fail(e.cluster.nodes[0], 3)  # XID 79 on one of the node's 8 GPUs
     return e
 
@@ -97,9 +97,16 @@ def test_kueue_quota_admits_unplaceable_workload_and_queuepilot_does_not():
     m = _failed_gpu_engine("kueue-quota").run()
     assert m.unplaceable_admissions == 1
     assert m.unplaceable_s == pytest.approx(900.0 - 10.0 - SimConfig().pass_delay_s)
-    q = _failed_gpu_engine("queuepilot").run()
+    e = _failed_gpu_engine("queuepilot")
+    q = e.run()
     assert q.unplaceable_admissions == 0 and q.unplaceable_s == 0.0
-    assert q.retries >= 1  # the check said Retry (InsufficientGpus) and Kueue requeued it
+    # within the capacity wait (30 min) the check leaves it Pending: quota reserved, no pod, no Retry
+    w = next(iter(e.workloads.values()))
+    assert (w.state, w.check_state, q.retries) == ("reserved", "Pending", 0)
+    assert "waiting with quota reserved for up to 1800s" in w.check_message
+    q = _failed_gpu_engine("queuepilot", horizon=2400.0).run()
+    assert q.unplaceable_admissions == 0 and q.unplaceable_s == 0.0
+    assert q.retries >= 1  # then the check said Retry (InsufficientGpus) and Kueue requeued it
 
 
 def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
@@ -118,9 +125,12 @@ def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
     ready = _total(reg, "queuepilot_admission_decisions", state="Ready")
     rayjobs = sum(1 for j in e.jobs if j.kind != "task" and j.submit < 6 * 3600)
     assert ready == rayjobs - sum(1 for w in e.workloads.values() if w.state in ("pending", "reserved")) > 0
-    # each Ready and each Retry the controller counted is one status write, and there is no other
+    # each Ready, Retry and wait (Pending, a new message) the controller counted is one status write,
+    # and there is no other
     retry = _total(reg, "queuepilot_admission_decisions", state="Retry")
-    assert _total(reg, "queuepilot_writes", resource="workloads/status") == ready + retry
+    waits = _total(reg, "queuepilot_admission_decisions", state="Pending")
+    assert waits > 0
+    assert _total(reg, "queuepilot_writes", resource="workloads/status") == ready + retry + waits
     # the scaler's counted changes are the replica changes the run measured, each one a patch
     changes = _total(reg, "queuepilot_scale_decisions", direction="up") + \
         _total(reg, "queuepilot_scale_decisions", direction="down")
@@ -130,7 +140,7 @@ def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
     stall_events = sum(n for (kind, _, reason), n in e.writer.event_counts.items()
                        if kind == "Workload" and reason.startswith("StalledWorkload"))
     on_wl = sum(n for (kind, _, _), n in e.writer.event_counts.items() if kind == "Workload") - stall_events
-    assert on_rc >= m.scale_events and on_wl == ready + retry
+    assert on_rc >= m.scale_events and on_wl == ready + retry + waits
     # the stall reconciler runs too (report only: no ClusterQueue opted in to deactivation)
     assert stall_events == e.writer.event_counts[("Workload", "Warning", "StalledWorkload")]
     assert m.deactivated == 0

@@ -43,9 +43,11 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
     api = fake_api
     for obj in cluster_objects():
         api.create(obj)
+    config = tmp_path / "queuepilot.yaml"
+    config.write_text("admission:\n  capacity_wait: 10s\n")  # B waits 10 s with its quota, then Retry
     async with fleet() as f, prometheus(
         tmp_path / "prom", [exporter_job(f.targets)]
-    ) as prom, controller(api, prom.url, tmp_path / "ctl") as cp:
+    ) as prom, controller(api, prom.url, tmp_path / "ctl", "--config", str(config)) as cp:
         # the exporters' GPUs reach the controller through Prometheus
         await eventually(lambda: _equals(flavor_gpus(cp, "healthy"), 16.0), "16 healthy h100 GPUs on /metrics", timeout=STACK_TIMEOUT)
         assert await flavor_gpus(cp, "nominal") == 32.0  # two ClusterQueues x 16
@@ -86,10 +88,16 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
         assert await flavor_gpus(cp, "free") == 7.0
         assert await cp.metric("queuepilot_flavor_largest_free_block_gpus", flavor=FLAVOR) == 7.0
 
-        # B: 1 pod x 8 GPUs of another team -> Retry naming the largest free healthy block
+        # B: 1 pod x 8 GPUs of another team -> Pending with its quota for the capacity wait, then Retry
+        # naming the largest free healthy block
         now = time.time()
         api.create(kw.workload("b", "team-b", "lq-b", created=now))
         reserve(api, "b", "team-b", "cq-b", now)
+        waiting = await eventually(lambda: _state(api, "b", "team-b", "Pending", "waiting with quota"),
+                                   "B waits with its quota", timeout=STACK_TIMEOUT)
+        assert waiting["message"] == ("needs 1 pod x 8 GPUs (main) on flavor h100; not enough free healthy GPUs; "
+                                      "waiting with quota reserved for up to 10s from its reservation, then Retry")
+        assert kw.World(api).kueue_react(time.time()) == []  # Kueue keeps B's quota
         entry = await eventually(lambda: _state(api, "b", "team-b", "Retry"), "B's check Retry", timeout=STACK_TIMEOUT)
         assert entry["message"] == (
             "needs 1 pod x 8 GPUs (main) on flavor h100; largest free healthy blocks: 7 "
@@ -101,11 +109,13 @@ async def test_gpu_fails_between_two_admissions(fake_api: FakeApiServer, tmp_pat
                              reason="InsufficientGpus", mode="live") == 1.0
         assert await counted(cp, "queuepilot_admission_decisions_total", cluster_queue="cq-a", state="Ready",
                              reason="CapacityConfirmed", mode="live") == 1.0
-        # Events are sent by a background sender after the check's write: wait for it, do not race it
+        # Events are sent by a background sender after the check's write: wait for them, do not race it
         events = await eventually(
-            lambda: [e for e in api.list("v1", "Event", "team-b") if e["involvedObject"]["name"] == "b"],
-            "B's Event", timeout=15)
-        assert [(e["type"], e["reason"]) for e in events] == [("Warning", "InsufficientGpus")]
+            lambda: (lambda evs: evs if len(evs) == 2 else None)(
+                [e for e in api.list("v1", "Event", "team-b") if e["involvedObject"]["name"] == "b"]),
+            "B's two Events (waiting, Retry)", timeout=15)
+        assert [(e["type"], e["reason"]) for e in events] == [("Warning", "InsufficientGpus")] * 2
+        assert sorted(e["message"].split(": ")[1] for e in events) == ["Pending", "Retry"]
         assert kw.World(api).kueue_react(time.time()) == [("b", "evicted")]
         assert await flavor_gpus(cp, "unhealthy") == 1.0
         await finish(api, cp)
@@ -162,6 +172,6 @@ async def _equals(value_coro, expected: float) -> bool:
     return (await value_coro) == expected
 
 
-def _state(api: FakeApiServer, name: str, ns: str, state: str) -> dict | None:
+def _state(api: FakeApiServer, name: str, ns: str, state: str, says: str = "") -> dict | None:
     entry = check_entries(api, name, ns).get(kw.CHECK)
-    return entry if entry and entry["state"] == state else None
+    return entry if entry and entry["state"] == state and says in entry.get("message", "") else None

@@ -22,8 +22,10 @@ Per workload (GPU pod sets grouped by the flavor Kueue assigned to their ``nvidi
    why) ``GpuSignalStale``;
 6. best-fit-decreasing packing of the pods onto free, healthy, unpromised GPUs of the flavor's
    Ready, schedulable nodes (``packing.py``) -> ``Ready`` ``CapacityConfirmed`` with the placement, or
-   ``Retry`` — ``InsufficientGpus`` when the free total is short, ``Fragmented`` when the total is
-   enough but the blocks are not — with ``requeueAfterSeconds = min(cap, base * 2^attempt)``;
+   else — ``InsufficientGpus`` when the free total is short, ``Fragmented`` when the total is
+   enough but the blocks are not — state ``None`` (the entry stays ``Pending``, the quota stays
+   reserved, the workload is decided again at every pass) until ``capacity_wait`` has passed since
+   its quota reservation, then ``Retry`` with ``requeueAfterSeconds = min(cap, base * 2^attempt)``;
    after ``max_retries`` Retries -> ``Rejected`` ``RetryLimitExceeded``.
 """
 
@@ -212,6 +214,7 @@ def _decide(
     ledger: Ledger,
     attempts: int,
     config: AdmissionConfig,
+    now: float,
     cap: _Capacity | None = None,
 ) -> tuple[AdmissionDecision, Mapping[str, Mapping[str, int]] | None]:
     """One decision, and the reservation (flavor -> node -> GPUs) to record if it is Ready."""
@@ -293,6 +296,14 @@ def _decide(
             infeasible = tuple(f"{ps}: {n} of {counts[ps]} pods unplaced on {flavor}"
                                for ps, n in sorted(result.unplaced.items()) if n)
             reason = R.INSUFFICIENT_GPUS if free < needed else R.FRAGMENTED
+            wait = config.capacity_wait_seconds
+            if wl.quota_reserved_at is not None and 0 <= now - wl.quota_reserved_at < wait:
+                # keep the quota and wait for GPUs to free, as a Pending pod would; one message for
+                # the whole wait, so it is written (and leaves an Event) once, not at every pass
+                short = "not enough free healthy GPUs" if reason == R.INSUFFICIENT_GPUS else "no free block fits"
+                return _decision(wl, check, None, reason,
+                                 f"needs {needs_text(fsets)} on flavor {flavor}; {short}; waiting with quota "
+                                 f"reserved for up to {wait:.0f}s from its reservation, then Retry"), None
             if reason == R.FRAGMENTED and attempts >= FRAGMENTED_HINT_AFTER:
                 detail += (f"; fragmented on {attempts + 1} tries: score GPU nodes MostAllocated (a scheduler "
                            "profile that bin-packs nvidia.com/gpu), reserve whole nodes for multi-GPU workloads "
@@ -341,7 +352,7 @@ def decide_admissions(
                 ledger, promises = ledger.reserve_all(promises, snapshot), []
                 promised_keys.clear()
             attempts = hist.get(wl.key, 0)
-            d, reservation = _decide(wl, check, snapshot, ledger, attempts, config, cap)
+            d, reservation = _decide(wl, check, snapshot, ledger, attempts, config, now, cap)
             if d.state == CHECK_READY and reservation:
                 promises.append((wl.key, wl.uid, reservation, now, d.placement))
                 promised_keys.add(wl.key)

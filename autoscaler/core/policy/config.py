@@ -253,6 +253,10 @@ class AdmissionConfig:
     retry_backoff_base_seconds: float = 30.0
     retry_backoff_cap_seconds: float = 900.0
     reservation_timeout_seconds: float = 600.0
+    # a workload whose GPUs are not free yet keeps its quota and its Pending check this long after
+    # its quota reservation (decided again at every pass, Ready as soon as they are) before the check
+    # says Retry (quota given back, requeued with backoff); 0 = Retry at once
+    capacity_wait_seconds: float = 1800.0
     max_retries: int | None = None  # None: retry forever (Kueue's own backoff also applies)
     check_cpu_memory: bool = True  # GPU pods must also fit the node's free CPU/memory (when known)
 
@@ -261,7 +265,8 @@ class AdmissionConfig:
             raise ValueError(f"admission.controller_name must be a non-empty string, not {brief_repr(self.controller_name)}")
         if self.stale_signal_mode not in ("fail-open", "hold"):
             raise ValueError(f"admission.stale_signal_mode must be fail-open or hold, not {brief_repr(self.stale_signal_mode)}")
-        for name in ("retry_backoff_base_seconds", "retry_backoff_cap_seconds", "reservation_timeout_seconds"):
+        for name in ("retry_backoff_base_seconds", "retry_backoff_cap_seconds", "reservation_timeout_seconds",
+                     "capacity_wait_seconds"):
             _check_duration_field("admission", name, getattr(self, name))
         if self.retry_backoff_base_seconds <= 0 or self.retry_backoff_cap_seconds < self.retry_backoff_base_seconds:
             raise ValueError("admission retry backoff: need 0 < base <= cap")
