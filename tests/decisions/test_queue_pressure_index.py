@@ -71,3 +71,17 @@ def test_a_workload_presses_for_its_owners_wait_not_since_its_last_requeue() -> 
     cluster = b.ray_cluster([b.group()], ns="team-a", cq="cq-a")
     assert queue_pressure(snap, cluster, 300.0, NOW).startswith("1 workload(s) of other queues wait for 8 GPUs")
     assert queue_pressure(snap, cluster, 30.0, NOW).startswith("2 workload(s) of other queues wait for 12 GPUs")
+
+
+def test_a_workload_waiting_with_its_quota_presses_and_an_admitted_one_does_not() -> None:
+    """The admission check keeps a workload whose GPUs are not free Pending with its quota
+    (``capacity_wait``): it still waits for GPUs, so it presses; once admitted it no longer does."""
+    waiting = b.workload("waiting", (("main", 1, 8),), ns="team-b", cq="cq-b", quota_reserved=True,
+                         created=NOW - 3600)
+    admitted = b.workload("admitted", (("main", 1, 4),), ns="team-c", cq="cq-c", quota_reserved=True,
+                          admitted=True, created=NOW - 3600)
+    no_gpu = b.workload("cpu", (("main", 1, 0),), ns="team-c", cq="cq-c", quota_reserved=False, created=NOW - 3600)
+    snap = b.snapshot(workloads=[waiting, admitted, no_gpu])
+    cluster = b.ray_cluster([b.group()], ns="team-a", cq="cq-a")
+    assert queue_pressure(snap, cluster, 300.0, NOW).startswith("1 workload(s) of other queues wait for 8 GPUs")
+    assert [wl.name for _, wl in pending_gpu_workloads(snap, NOW)] == ["waiting"]

@@ -1,12 +1,14 @@
-"""Queue pressure: which GPU workloads wait for quota, longest first, and how much of that presses on
-one RayCluster (the workloads of other ClusterQueues, or other namespaces, waiting past a threshold).
+"""Queue pressure: which GPU workloads wait (for quota, or for GPUs with their quota), longest first,
+and how much of that presses on one RayCluster (the workloads of other ClusterQueues, or other
+namespaces, waiting past a threshold).
 
 ``pending_gpu_workloads(snapshot, now)`` is computed once per pass; ``queue_pressure`` answers for any
 cluster from its ``WaitingIndex`` in O(log n).  Pure: the scaling policy's step 3 reads it (a
 pressured cluster's empty workers go after the shorter idle window, and its floor is dropped).  A
 workload's wait is the one its owner sees (``WorkloadState.pending_since``: from its creation, or from
 the eviction that took an admission away), so a workload the admission check keeps Retrying, which
-Kueue requeues every few minutes, presses harder the longer it starves.
+Kueue requeues every few minutes, presses harder the longer it starves; so does one the check keeps
+waiting with its quota (``admission.capacity_wait``).
 """
 
 from __future__ import annotations
@@ -104,16 +106,17 @@ class WaitingIndex(Sequence[Waiting]):
 
 
 def pending_gpu_workloads(snapshot: ClusterSnapshot, now: float) -> WaitingIndex:
-    """(wait, workload) of every pending GPU workload without quota, longest wait first, with its
-    pressure index; computed once per pass (``ScalingContext``)."""
+    """(wait, workload) of every pending GPU workload, longest wait first, with its pressure index;
+    computed once per pass (``ScalingContext``)."""
     out = [(now - wl.pending_since, wl) for wl in waiting_candidates(snapshot.workloads)]
     out.sort(key=lambda x: (-x[0], x[1].key))
     return WaitingIndex.of(out)
 
 
 def waiting_candidates(workloads: Mapping[str, WorkloadState]) -> tuple[WorkloadState, ...]:
-    """The Workloads that wait for GPU quota: pending, no quota reserved, some GPU asked for."""
-    return tuple(wl for wl in workloads.values() if wl.pending and not wl.quota_reserved and wl.gpu_demand > 0)
+    """The Workloads that wait for GPUs: pending (not admitted), some GPU asked for; with or without
+    quota reserved (one the admission check keeps Pending waits for GPUs to free with its quota)."""
+    return tuple(wl for wl in workloads.values() if wl.pending and wl.gpu_demand > 0)
 
 
 def queue_pressure(
