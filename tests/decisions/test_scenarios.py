@@ -67,14 +67,20 @@ async def test_gpu_fails_between_two_admissions(fake_api, world, make_ctx):
     await rec.close()
 
 
-async def test_fragmented_flavor_then_room(fake_api, world, make_ctx):
+async def _fragmented(world, ctx) -> AdmissionReconciler:
+    """Four nodes whose free blocks are 8, 8, 6, 3 (other tenants' pods), a workload of 3 pods x 8 GPUs
+    reserved at T0 and decided once at T0 + 1."""
     base_world(world, nodes=("n0", "n1", "n2", "n3"))
-    # other tenants' pods: blocks of free GPUs 8, 8, 6, 3
     world.add(k.pod("busy-2", "team-b", "n2", 2), k.pod("busy-3", "team-b", "n3", 5))
     world.add(k.workload("big", pod_sets=(("main", 3, 8),)))
     world.reserve("big", "cq-a", {"main": "a100"}, T0)
-    rec = AdmissionReconciler(make_ctx())
+    rec = AdmissionReconciler(ctx)
     await rec.reconcile(world.snapshot(T0 + 1), T0 + 1)
+    return rec
+
+
+async def test_fragmented_flavor_then_room(fake_api, world, make_ctx):
+    rec = await _fragmented(world, make_ctx())
     e = world.check_entry("big")
     assert e["state"] == "Pending"
     assert e["message"] == ("needs 3 pods x 8 GPUs (main) on flavor a100; no free block fits; waiting with quota "
@@ -91,12 +97,7 @@ async def test_fragmented_flavor_then_room(fake_api, world, make_ctx):
 
 
 async def test_fragmented_flavor_retries_at_once_without_a_capacity_wait(fake_api, world, make_ctx):
-    base_world(world, nodes=("n0", "n1", "n2", "n3"))
-    world.add(k.pod("busy-2", "team-b", "n2", 2), k.pod("busy-3", "team-b", "n3", 5))
-    world.add(k.workload("big", pod_sets=(("main", 3, 8),)))
-    world.reserve("big", "cq-a", {"main": "a100"}, T0)
-    rec = AdmissionReconciler(make_ctx(settings={"admission": {"capacity_wait": 0}}))
-    await rec.reconcile(world.snapshot(T0 + 1), T0 + 1)
+    rec = await _fragmented(world, make_ctx(settings={"admission": {"capacity_wait": 0}}))
     e = world.check_entry("big")
     assert e["state"] == "Retry"
     assert "needs 3 pods x 8 GPUs (main) on flavor a100; largest free healthy blocks: 8, 8, 6, 3" in e["message"]
