@@ -387,6 +387,7 @@ class Engine:
     def kueue_check_retry(self, w: SimWorkload, message: str, requeue_after: float) -> None:
         """Kueue: Retry -> evicted, quota released, requeued after ``requeueAfterSeconds``."""
         self.metrics.retries += 1
+        self._end_reserved(w)
         w.check_message = message
         self.kueue.requeue(w, self.now, requeue_after)
         self.request_pass(w.backoff_until)
@@ -399,6 +400,7 @@ class Engine:
             self._deactivate_running(w)
         else:
             self.metrics.rejected += 1
+            self._end_reserved(w)
             self._end_unplaced(w)
             if w in self.unplaced:
                 self.unplaced.remove(w)
@@ -487,6 +489,7 @@ class Engine:
         for w in self.workloads.values():
             if w.state != RUNNING and w.state != INACTIVE:
                 self.metrics.record_wait(wait_class(w.job), end - w.created)
+            self._end_reserved(w)
             self._end_unplaced(w)
 
     # ------------------------------------------------------------------------------- arrivals
@@ -641,6 +644,7 @@ class Engine:
                 self.request_pass(nxt)
 
     def _admit(self, w: SimWorkload, placement: dict[str, dict[str, int]] | None = None) -> None:
+        self._end_reserved(w)
         w.state = ADMITTED
         w.admitted_at = self.now
         self.kueue.moved(w)
@@ -650,6 +654,11 @@ class Engine:
             self.unplaced.append(w)
             if self.cfg.pods_ready_timeout_s is not None:  # Kueue's waitForPodsReady
                 self.push(self.now + self.cfg.pods_ready_timeout_s, "pods_ready_timeout", (w, self.now))
+
+    def _end_reserved(self, w: SimWorkload) -> None:
+        """``w``'s time with quota reserved and not admitted ends now (counted with its GPUs)."""
+        if w.state == RESERVED and w.reserved_at is not None:
+            self.metrics.record_waiting(self.now - w.reserved_at, w.gpus)
 
     def _end_unplaced(self, w: SimWorkload) -> None:
         """``w``'s time admitted without its pods bound ends now (counted with the GPUs it held)."""

@@ -11,7 +11,9 @@
 - ``unplaceable_admissions`` / ``unplaceable_hours`` / ``unplaceable_gpu_hours``: workloads admitted by
   Kueue whose pods could not be bound at admission, the workload-hours they spent so and the GPU-hours
   of quota they held meanwhile; ``pods_ready_evictions``: those Kueue evicted after
-  ``waitForPodsReady.timeout`` (and queued again after its backoff);
+  ``waitForPodsReady.timeout`` (and queued again after its backoff); ``waiting_gpu_hours``: the GPU-hours
+  of quota reserved by workloads not admitted yet (waiting for the admission check's decision, or in
+  its capacity wait); 0 without a check, where quota reservation is admission;
 - ``completed_jobs``: jobs whose work finished (a Ray task's, a workload's; a workload deactivated in
   its final stall had finished its work); ``deactivated_workloads``: running workloads deactivated (stall
   handling, the reaper); ``resubmitted_workloads``: those of them with work left, which their owner
@@ -58,6 +60,7 @@ class RunMetrics:
     unplaceable_admissions: int = 0
     unplaceable_s: float = 0.0
     unplaceable_gpu_s: float = 0.0
+    waiting_gpu_s: float = 0.0  # quota reserved, not admitted (the check deciding or waiting for GPUs)
     pods_ready_evictions: int = 0
     resubmitted: int = 0
     scale_events: int = 0
@@ -85,6 +88,10 @@ class RunMetrics:
         """A workload admitted without its pods bound for ``seconds``, holding ``gpus`` of quota."""
         self.unplaceable_s += seconds
         self.unplaceable_gpu_s += seconds * gpus
+
+    def record_waiting(self, seconds: float, gpus: int) -> None:
+        """A workload held ``gpus`` of quota for ``seconds`` before it was admitted, retried or rejected."""
+        self.waiting_gpu_s += seconds * gpus
 
     def record_scale(self, group: str, now: float, old: int, new: int) -> None:
         if new == old:
@@ -172,6 +179,7 @@ class RunMetrics:
             "deactivated_workloads": self.deactivated,
             "resubmitted_workloads": self.resubmitted,
             "unplaceable_gpu_hours": round(self.unplaceable_gpu_s / 3600, 1),
+            "waiting_gpu_hours": round(self.waiting_gpu_s / 3600, 1),
             "pods_ready_evictions": self.pods_ready_evictions,
         }
 

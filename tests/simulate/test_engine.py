@@ -104,9 +104,13 @@ def test_kueue_quota_admits_unplaceable_workload_and_queuepilot_does_not():
     w = next(iter(e.workloads.values()))
     assert (w.state, w.check_state, q.retries) == ("reserved", "Pending", 0)
     assert "waiting with quota reserved for up to 1800s" in w.check_message
+    # its 8 GPUs of quota, reserved one Kueue pass after its arrival, held to the end of the run
+    assert q.waiting_gpu_s == pytest.approx((900.0 - 10.0 - SimConfig().pass_delay_s) * 8)
+    assert m.waiting_gpu_s == 0.0  # without a check quota reservation is admission
     q = _failed_gpu_engine("queuepilot", horizon=2400.0).run()
     assert q.unplaceable_admissions == 0 and q.unplaceable_s == 0.0
     assert q.retries >= 1  # then the check said Retry (InsufficientGpus) and Kueue requeued it
+    assert q.waiting_gpu_s >= 1800.0 * 8  # the whole capacity wait held the quota
 
 
 def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
