@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults, parse_duration
+from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, AdmissionConfig, ScalingDefaults, parse_duration
 from autoscaler.core.policy.stall import MIN_WINDOW_SECONDS, StallConfig
 from servicekit.argtypes import count, positive_seconds
 from servicekit.cli import Parser
@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="queuepilot-reclaim: the most workers reclaimed per RayCluster in any hour (the controller's "
                         f"scaling.reclaim_budget_per_hour, or the queuepilot.io/reclaim-budget annotation; default its "
                         f"{ScalingDefaults().reclaim_budget_per_hour})")
+    p.add_argument("--capacity-wait", type=duration, default=None, metavar="DURATION",
+                   help="policies with the admission check: how long a workload whose GPUs are not free waits "
+                        "Pending with its quota before Retry (the controller's admission.capacity_wait; default "
+                        f"its {AdmissionConfig().capacity_wait_seconds / 60:g}m; 0: Retry at once)")
     p.add_argument("--schedule", default=None, metavar="TEXT",
                    help="queuepilot policies: time windows for every team's ClusterQueue (scaling."
                         "cluster_queue_schedules; queuepilot.io/schedule syntax, on the trace's clock, no tz=)")
@@ -208,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                       ray_max_quota_factor=args.worker_cap_factor,
                       stall_deactivate_after_s=args.stall_deactivate_after,
                       reclaim_budget_per_hour=args.reclaim_budget, resubmit_after_s=args.resubmit_after,
+                      capacity_wait_s=args.capacity_wait,
                       placement=args.placement, pods_ready_timeout_s=args.pods_ready_timeout or None,
                       pause_invisible_share=args.pause_invisible_share, hang_share=args.hang_share,
                       reactivate_share=args.reactivate_share)
@@ -240,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         "placement": cfg.placement, "pods_ready_timeout_s": cfg.pods_ready_timeout_s,
         "pause_invisible_share": cfg.pause_invisible_share, "hang_share": cfg.hang_share,
         "reactivate_share": cfg.reactivate_share,
+        "capacity_wait_s": (AdmissionConfig().capacity_wait_seconds if cfg.capacity_wait_s is None
+                            else cfg.capacity_wait_s),
     }
     out = results(engines, meta, recommendations)
     text = json.dumps(out, indent=2, sort_keys=True)

@@ -113,6 +113,10 @@ class SimConfig:
     # RayCluster in any hour; None: its default, 4), as a team that opts in would set it with the
     # queuepilot.io/reclaim-budget annotation (--reclaim-budget; benchmarks/reclaim_budget.py sweeps it)
     reclaim_budget_per_hour: int | None = None
+    # policies with the admission check: the controller's admission.capacity_wait (how long a workload
+    # whose GPUs are not free waits Pending with its quota before Retry; None: its default, 30 min;
+    # --capacity-wait)
+    capacity_wait_s: float | None = None
     teams: tuple[str, ...] = ("team-a", "team-b", "team-c", "team-d", "team-e")
     # queuepilot policies: the controller's scaling.cluster_queue_schedules as (ClusterQueue, schedule)
     # pairs, the schedules on the simulated clock (``simulator.schedule_clock``; --schedule)
@@ -255,6 +259,9 @@ class Engine:
         if self.cfg.reclaim_budget_per_hour is not None and self.policy.reclaims_idle_actors:
             scaling = {**self.policy.settings["scaling"], "reclaim_budget_per_hour": self.cfg.reclaim_budget_per_hour}
             self.policy.settings = {**self.policy.settings, "scaling": scaling}
+        if self.cfg.capacity_wait_s is not None and self.policy.with_check:
+            admission = {**self.policy.settings.get("admission", {}), "capacity_wait": f"{self.cfg.capacity_wait_s:g}s"}
+            self.policy.settings = {**self.policy.settings, "admission": admission}
         if self.cfg.cluster_queue_schedules and self.policy.queuepilot_scaling:
             scaling = {**self.policy.settings.get("scaling", {}),
                        "cluster_queue_schedules": dict(self.cfg.cluster_queue_schedules)}

@@ -111,6 +111,10 @@ def test_kueue_quota_admits_unplaceable_workload_and_queuepilot_does_not():
     assert q.unplaceable_admissions == 0 and q.unplaceable_s == 0.0
     assert q.retries >= 1  # then the check said Retry (InsufficientGpus) and Kueue requeued it
     assert q.waiting_gpu_s >= 1800.0 * 8  # the whole capacity wait held the quota
+    # --capacity-wait 0 (the controller's admission.capacity_wait: 0): Retry at once, the quota given back
+    q = _failed_gpu_engine("queuepilot", capacity_wait_s=0.0).run()
+    assert q.retries >= 2 and q.unplaceable_admissions == 0
+    assert q.waiting_gpu_s < 100 * 8  # a pass or so per reservation, not the run
 
 
 def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():

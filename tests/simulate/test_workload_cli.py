@@ -124,6 +124,8 @@ def test_simulate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, shared_dir,
         (["--json", str(blocker / "r.json")], f"cannot write file {blocker / 'r.json'}: {blocker} is not a folder"),
         (["--json", str(tmp_path)], f"cannot write file {tmp_path}: it is a folder"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--capacity-wait", "-1m"], "--capacity-wait"),
+        (["--capacity-wait", "31d"], "--capacity-wait"),
     ]
     for args, needle in cases:
         try:
