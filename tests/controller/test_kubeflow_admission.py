@@ -4,7 +4,7 @@ real Kueue CRDs.  The test plays Kueue: it creates the Workloads Kueue's pytorch
 integrations make (owned by a ``kubeflow.org/v1`` PyTorchJob with pod sets ``master`` and ``worker``, or
 by a ``trainer.kubeflow.org/v1alpha1`` TrainJob with the pod sets of its runtime's JobSet: two
 initializers without GPUs and ``node``) and reserves quota; queuepilot sizes each from its pod sets and
-answers Ready, Retry or Rejected."""
+answers Ready, waits (Pending), Retry or Rejected."""
 
 from __future__ import annotations
 
@@ -89,12 +89,13 @@ async def test_pytorchjob_and_trainjob_workloads_are_sized_from_their_pod_sets(f
         _, text = await http_get(f"http://127.0.0.1:{c.port}/metrics")
         assert 'queuepilot_admission_reserved_gpus{flavor="a100"} 32.0' in text
 
-        # the fleet is promised: a one-node TrainJob has to wait, and the message names its pod set
+        # the fleet is promised: a one-node TrainJob has to wait (Pending, with its quota), and the message
+        # names its pod set
         reserve(fake_api, names["late"])
-        await eventually(lambda: decided(fake_api, names["late"]), timeout=20)
+        await eventually(lambda: "waiting with quota" in entry(fake_api, names["late"]).get("message", ""), timeout=20)
         e = entry(fake_api, names["late"])
-        assert e["state"] == "Retry", e
-        assert "needs 1 pod x 8 GPUs (node) on flavor a100" in e["message"], e["message"]
+        assert e["state"] == "Pending", e
+        assert e["message"].startswith("needs 1 pod x 8 GPUs (node) on flavor a100; not enough free healthy GPUs"), e
 
         # a PyTorchJob whose workers ask 16 GPUs each can never fit 8-GPU nodes
         reserve(fake_api, names["huge"])
