@@ -292,8 +292,9 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str,
     that holds it and the later sources' runs of that label are dropped unread (they count as not kept).
     Each record keeps the commit and date it was run at; the meta lists the sources and the superseded
     labels; the axes are their union; the reference run is the first source's.  A source that is itself a
-    merge (the page, to check later runs against it) must come first: all its runs are kept and its own
-    sources are listed in its place."""
+    merge (the page) has its own sources listed in its place, each with the number of its runs kept (those
+    of its commit): first, all its runs are kept (later runs are checked against it); after reruns of
+    superseded labels, it gives the rest."""
     if not sources:
         raise ValueError("nothing to merge")
     rerun = set(supersede)
@@ -303,12 +304,9 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str,
     by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
     origin: dict[tuple[Any, ...], str] = {}
     listed = []
-    for i, (name, data) in enumerate(sources):
+    for name, data in sources:
         meta = data["meta"]
         nested = meta.get("merged_from")
-        if nested and i:
-            raise ValueError(f"{name} is itself a merge: name it first (its runs are then all kept and its "
-                             "sources listed)")
         other = (Path(meta["trace"]).name, meta["start"], float(meta["hours"]))
         if other != window:
             raise ValueError(f"{name} ran another window ({other[2]:g} h from {other[1]} of {other[0]}) than "
@@ -330,8 +328,10 @@ def merge(sources: Sequence[tuple[str, Mapping[str, Any]]], command: str,
             by_key[key] = {**r, "commit": r.get("commit", meta.get("commit", "?")),
                            "date": r.get("date", meta.get("date", "?"))}
             origin[key] = name
-        if nested:  # first, so every run it holds was kept: its sources' counts stand
-            listed.extend(dict(src) for src in nested)
+        if nested:  # its own sources, each with the runs of its commit that were kept from it
+            listed.extend({**src, "kept": sum(1 for k, n in origin.items()
+                                              if n == name and by_key[k]["commit"] == src.get("commit"))}
+                          for src in nested)
             continue
         listed.append({"file": name, "commit": meta.get("commit", "?"), "date": meta.get("date", "?"),
                        "command": meta.get("command", "?"), "runs": len(data["runs"]),

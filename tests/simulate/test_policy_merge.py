@@ -86,9 +86,11 @@ def test_the_command_line_merge_writes_the_page_and_refuses_in_one_line(tmp_path
         policy.main(["--merge", f"{a},{tmp_path / 'missing.json'}", "--out", str(out), "--name", "m"])
 
 
-def test_a_merged_page_merged_again_lists_its_sources_and_must_come_first() -> None:
+def test_a_merged_page_merged_again_lists_its_sources_with_the_runs_kept() -> None:
     """The page itself (a merge) checked against a later run: its runs are kept, its own sources listed
-    in its place with their counts, the later run's held runs compared (and refused on a difference)."""
+    in its place with their counts, the later run's held runs compared (and refused on a difference).
+    Named after reruns that supersede some of its labels, it gives the rest, and its sources' counts say
+    how many of each were kept."""
     a = source("aaa", [record("grounded", 1, 0.01, "ray-idle", idle=5.0)])
     b = source("bbb", [record("grounded", 1, 0.01, "static", idle=9.0)])
     page = policy.merge([("a.json", a), ("b.json", b)], "merge a b")
@@ -99,8 +101,12 @@ def test_a_merged_page_merged_again_lists_its_sources_and_must_come_first() -> N
     commits = {policy.run_key(r): r["commit"] for r in data["runs"]}
     assert commits[K("grounded", 1, 0.01, "static")] == "bbb" and commits[K("serving", 1, 0.01, "static")] == "ccc"
     assert data["meta"]["commit"] == "aaa, bbb, ccc" and data["meta"]["wall_s"] == 180.0
-    with pytest.raises(ValueError, match=r"policy\.json is itself a merge: name it first"):
-        policy.merge([("later.json", later), ("policy.json", page)], "merge")
+    rerun = source("eee", [record("grounded", 1, 0.01, "ray-idle", idle=4.0)])
+    data = policy.merge([("rerun.json", rerun), ("policy.json", page)], "merge", supersede=["ray-idle"])
+    assert [(s["file"], s["commit"], s["runs"], s["kept"]) for s in data["meta"]["merged_from"]] == [
+        ("rerun.json", "eee", 1, 1), ("a.json", "aaa", 1, 0), ("b.json", "bbb", 1, 1)]
+    assert {r["label"]: r["summary"]["idle_gpu_hours_controllable"] for r in data["runs"]} == {
+        "ray-idle": 4.0, "static": 9.0}
     wrong = source("ddd", [record("grounded", 1, 0.01, "static", idle=9.5)])
     with pytest.raises(ValueError, match=r"wrong\.json and policy\.json disagree"):
         policy.merge([("policy.json", page), ("wrong.json", wrong)], "merge")
