@@ -252,15 +252,15 @@ class Engine:
             stall: dict[str, Any] = {"deactivate_cluster_queues": [f"cq-{t}" for t in self.cfg.teams]}
             delay = self.cfg.stall_deactivate_after_s
             if delay is not None:
-                stall["deactivate_after"] = f"{delay:g}s"
+                stall["deactivate_after"] = delay  # seconds (a "{:g}s" text is refused from 1e6 s on)
                 if delay < StallConfig().window_seconds:  # a delay under the window shortens both Ray's and it
-                    stall["window"] = stall["ray_quiet"] = f"{delay:g}s"
+                    stall["window"] = stall["ray_quiet"] = delay
             self.policy.settings = {**self.policy.settings, "stall": stall}
         if self.cfg.reclaim_budget_per_hour is not None and self.policy.reclaims_idle_actors:
             scaling = {**self.policy.settings["scaling"], "reclaim_budget_per_hour": self.cfg.reclaim_budget_per_hour}
             self.policy.settings = {**self.policy.settings, "scaling": scaling}
         if self.cfg.capacity_wait_s is not None and self.policy.with_check:
-            admission = {**self.policy.settings.get("admission", {}), "capacity_wait": f"{self.cfg.capacity_wait_s:g}s"}
+            admission = {**self.policy.settings.get("admission", {}), "capacity_wait": self.cfg.capacity_wait_s}
             self.policy.settings = {**self.policy.settings, "admission": admission}
         if self.cfg.cluster_queue_schedules and self.policy.queuepilot_scaling:
             scaling = {**self.policy.settings.get("scaling", {}),

@@ -115,6 +115,11 @@ def test_kueue_quota_admits_unplaceable_workload_and_queuepilot_does_not():
     q = _failed_gpu_engine("queuepilot", capacity_wait_s=0.0).run()
     assert q.retries >= 2 and q.unplaceable_admissions == 0
     assert q.waiting_gpu_s < 100 * 8  # a pass or so per reservation, not the run
+    # the longest waits and delays the CLI accepts reach the controller's config (30 days)
+    e = Engine([], 60.0, "queuepilot", SimConfig(capacity_wait_s=30 * 86400.0, stall_reclaim=True,
+                                                 stall_deactivate_after_s=30 * 86400.0))
+    assert e.admission.config.capacity_wait_seconds == 30 * 86400.0
+    assert e.stall.config.deactivate_after_seconds == 30 * 86400.0
 
 
 def test_queuepilot_runs_the_controllers_reconcilers_through_the_sim_writer():
