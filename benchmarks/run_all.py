@@ -10,8 +10,9 @@ ran, each benchmark's exit status and seconds, and the wall time of the whole ru
 - full (``--full``): the same, the idle-actor reclaim budget sweep, the whole policy matrix
   (``policy.py``: the Philly month under every model, seed 1, and the four held-out weeks) ->
   ``policy.*``, the sensitivity of the stall targets over the held-out weeks (``sensitivity.py``) ->
-  ``sensitivity.*``, node scoring beside the admission check (``placement.py``) -> ``placement.*``, and the
-  stall deactivation delay sweeps (grounded, serving).  It takes what it takes
+  ``sensitivity.*``, node scoring beside the admission check (``placement.py``) -> ``placement.*``, the
+  admission check's capacity wait (``capacity_wait.py``) -> ``capacity_wait.*``, and the stall deactivation
+  delay sweeps (grounded, serving).  It takes what it takes
   (``policy.py --plan`` and ``sensitivity.py --plan`` estimate it); its pages say how long.
 
 Benchmarks report, they never assert: speeds and memory are compared side by side in each table, with
@@ -59,6 +60,8 @@ FULL: tuple[Benchmark, ...] = (
     ("stall targets' sensitivity, held-out weeks (simulator)", "sensitivity.py", ()),
     # the admission targets' yardstick under the other node scoring a user can configure (MostAllocated)
     ("node scoring beside the admission check, five weeks (simulator)", "placement.py", ()),
+    # how long the check lets a workload wait for GPUs with its quota before Retry, five weeks
+    ("the admission check's capacity wait, five weeks (simulator)", "capacity_wait.py", ()),
     # the stall deactivation delay: killed work against idle GPU-hours, grounded month
     ("stall deactivation delay (simulator)", "stall_delay.py", ()),
     # the same under the serving model, longer delays
