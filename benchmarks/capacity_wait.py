@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from autoscaler.core.policy.admission import AdmissionConfig  # noqa: E402
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
+from benchmarks.policy_matrix import Task, sim_config  # noqa: E402
 from benchmarks.policy_targets import TARGETS, Target  # noqa: E402
 from benchmarks.sim_runs import provenance, publish, run_pool, window_parser  # noqa: E402
-from simulator.engine import Engine, SimConfig  # noqa: E402
+from simulator.engine import Engine  # noqa: E402
 from simulator.inputs import load_window  # noqa: E402
 
 BASELINE = "kueue-quota"
@@ -46,7 +48,8 @@ CLASSES = ("single_pod", "gang", "ray_task")
 def run_one(args: tuple[str, float | None, str, str, float, str, int, float]) -> dict[str, Any]:
     """One run in a pool worker: ``policy`` on the week from ``start`` at ``wait`` (None: the baseline)."""
     policy, wait, trace, start, hours, model, seed, rate = args
-    cfg = SimConfig(seed=seed, gpu_failure_rate=rate, capacity_wait_s=wait)
+    # the policy page's configuration of the run (``sim_config``), the wait set
+    cfg = replace(sim_config(Task(model, seed, rate, policy, start=start, hours=hours)), capacity_wait_s=wait)
     window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
     t0 = time.process_time()
     eng = Engine(window.jobs, hours * 3600.0, policy, cfg)
