@@ -12,6 +12,8 @@ from autoscaler.core import reasons as R
 from autoscaler.core.policy.behavior import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
+    HPA_SCALE_UP,
+    MAX_POLICY_VALUE,
     ScalingPolicy,
     ScalingRules,
     normalize,
@@ -93,20 +95,35 @@ def test_scale_up_stabilization_keeps_the_min_in_the_window():
     assert stabilize(9, 4, [(NOW - 30, 5)], DEFAULT_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[0] == 9
 
 
-def test_defaults_match_hpa():
+def test_hpa_defaults_and_the_scale_down_default_match_hpa():
     # scaleUp: window 0, [Pods 4/15 s, Percent 100/15 s], Max; scaleDown: window 300, [Percent 100/15 s], Max
-    assert DEFAULT_SCALE_UP.stabilization_window_seconds == 0
-    assert {(p.type, p.value, p.period_seconds) for p in DEFAULT_SCALE_UP.policies} == {("Pods", 4, 15), ("Percent", 100, 15)}
+    assert HPA_SCALE_UP.stabilization_window_seconds == 0
+    assert {(p.type, p.value, p.period_seconds) for p in HPA_SCALE_UP.policies} == {("Pods", 4, 15), ("Percent", 100, 15)}
     assert DEFAULT_SCALE_DOWN.stabilization_window_seconds == 300
     assert [(p.type, p.value, p.period_seconds) for p in DEFAULT_SCALE_DOWN.policies] == [("Percent", 100, 15)]
-    assert DEFAULT_SCALE_UP.select_policy == DEFAULT_SCALE_DOWN.select_policy == "Max"
+    assert HPA_SCALE_UP.select_policy == DEFAULT_SCALE_DOWN.select_policy == "Max"
+
+
+def test_the_default_scale_up_is_rays_unlimited_upscaling():
+    # Ray's autoscaler on KubeRay (upscaling_speed 1000): launching <= max(5, 1000 x running); the default
+    # rule is its HPA form: Pods 5 (from 0: 5 workers at once), Percent 100000 (start x 1001)
+    assert DEFAULT_SCALE_UP.stabilization_window_seconds == 0 and DEFAULT_SCALE_UP.select_policy == "Max"
+    assert {(p.type, p.value, p.period_seconds) for p in DEFAULT_SCALE_UP.policies} == {
+        ("Pods", 5, 15), ("Percent", MAX_POLICY_VALUE, 15)}
+    assert scale_up_limit(0, [], DEFAULT_SCALE_UP, NOW) == 5
+    assert scale_up_limit(3, [], DEFAULT_SCALE_UP, NOW) == 3003  # ceil(3 * 1001)
+    # a burst from 3 workers to 40 in one step (the HPA's rule: 7, then 14, 28, 40 a period apart)
+    assert rate_limit(40, 3, 0, 50, [], DEFAULT_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[:2] == (40, "")
+    assert rate_limit(40, 3, 0, 50, [], HPA_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[:2] == (7, R.SCALE_UP_LIMIT)
 
 
 def test_rate_limit_then_max_bound():
     # wanted 20 from 3: limit max(3+4, ceil(3*2)) = 7, maxReplicas 5 is lower -> 5, AtMaxReplicas
-    assert rate_limit(20, 3, 0, 5, [], DEFAULT_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[:2] == (5, R.AT_MAX_REPLICAS)
+    assert rate_limit(20, 3, 0, 5, [], HPA_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[:2] == (5, R.AT_MAX_REPLICAS)
     # maxReplicas 50: the policy limit 7 applies
-    assert rate_limit(20, 3, 0, 50, [], DEFAULT_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[:2] == (7, R.SCALE_UP_LIMIT)
+    assert rate_limit(20, 3, 0, 50, [], HPA_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[:2] == (7, R.SCALE_UP_LIMIT)
+    # the default (not rate-limited): maxReplicas alone bounds it
+    assert rate_limit(80, 3, 0, 50, [], DEFAULT_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[:2] == (50, R.AT_MAX_REPLICAS)
     # scale-down to 0 with minReplicas 2 -> 2
     assert rate_limit(0, 6, 2, 50, [], DEFAULT_SCALE_UP, DEFAULT_SCALE_DOWN, NOW)[:2] == (2, R.BELOW_MIN_REPLICAS)
 

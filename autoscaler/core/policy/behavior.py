@@ -72,9 +72,20 @@ class ScalingRules:
         object.__setattr__(self, "longest_period", max((p.period_seconds for p in self.policies), default=0))
 
 
-# HPA defaults when spec.behavior is set and fields are left out (autoscaling/v2 defaults.go).
-DEFAULT_SCALE_UP = ScalingRules(
+# HPA defaults when spec.behavior is set and fields are left out (autoscaling/v2 defaults.go): made for
+# a metric such as utilization, which a moment's spike can lift.
+HPA_SCALE_UP = ScalingRules(
     policies=(ScalingPolicy("Pods", 4, 15), ScalingPolicy("Percent", 100, 15)),
+    select_policy="Max",
+    stabilization_window_seconds=0,
+)
+# queuepilot's scale-up default.  A scale-up is for Ray's pending demand (bundles that wait now, bin-packed
+# into workers, those already starting subtracted) or a time window's min, not for a metric, so it is not
+# rate-limited, as KubeRay's Ray autoscaler is not (upscalingMode Default: upscaling_speed 1000, at least
+# 5 launches, i.e. launching <= max(5, 1000 x running)).  maxReplicas, the quota headroom and the time
+# windows bound it; HPA_SCALE_UP (``Pods:4:15,Percent:100:15``) is the HPA's rate limit for those who want it.
+DEFAULT_SCALE_UP = ScalingRules(
+    policies=(ScalingPolicy("Pods", 5, 15), ScalingPolicy("Percent", MAX_POLICY_VALUE, 15)),
     select_policy="Max",
     stabilization_window_seconds=0,
 )
