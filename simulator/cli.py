@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="queuepilot-reclaim: the most workers reclaimed per RayCluster in any hour (the controller's "
                         f"scaling.reclaim_budget_per_hour, or the queuepilot.io/reclaim-budget annotation; default its "
                         f"{ScalingDefaults().reclaim_budget_per_hour})")
+    p.add_argument("--reclaim-replace", action="store_true",
+                   help="queuepilot-reclaim: replace idle workers while the team's Ray demand queues (the "
+                        "controller's scaling.reclaim_replace, or the queuepilot.io/reclaim-replace annotation; "
+                        "off by default)")
     p.add_argument("--capacity-wait", type=duration, default=None, metavar="DURATION",
                    help="policies with the admission check: how long a workload whose GPUs are not free waits "
                         "Pending with its quota before Retry (the controller's admission.capacity_wait; default "
@@ -211,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                       control_interval_s=args.control_interval, stall_reclaim=args.stall_reclaim,
                       ray_max_quota_factor=args.worker_cap_factor,
                       stall_deactivate_after_s=args.stall_deactivate_after,
-                      reclaim_budget_per_hour=args.reclaim_budget, resubmit_after_s=args.resubmit_after,
+                      reclaim_budget_per_hour=args.reclaim_budget, reclaim_replace=args.reclaim_replace,
+                      resubmit_after_s=args.resubmit_after,
                       capacity_wait_s=args.capacity_wait,
                       placement=args.placement, pods_ready_timeout_s=args.pods_ready_timeout or None,
                       pause_invisible_share=args.pause_invisible_share, hang_share=args.hang_share,
@@ -240,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                                      else cfg.stall_deactivate_after_s),
         "reclaim_budget_per_hour": (ScalingDefaults().reclaim_budget_per_hour if cfg.reclaim_budget_per_hour is None
                                     else cfg.reclaim_budget_per_hour), "command": "queuepilot simulate " + " ".join(argv_list),
+        "reclaim_replace": cfg.reclaim_replace,
         "stall_resume_share": args.stall_resume_share, "resubmit_after_s": cfg.resubmit_after_s,
         "stall_share": stall_share_of(args.util_model, args.stall_share),
         "placement": cfg.placement, "pods_ready_timeout_s": cfg.pods_ready_timeout_s,

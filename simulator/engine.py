@@ -113,6 +113,9 @@ class SimConfig:
     # RayCluster in any hour; None: its default, 4), as a team that opts in would set it with the
     # queuepilot.io/reclaim-budget annotation (--reclaim-budget; benchmarks/reclaim_budget.py sweeps it)
     reclaim_budget_per_hour: int | None = None
+    # queuepilot-reclaim: the controller's scaling.reclaim_replace (idle workers replaced while the team's
+    # Ray demand queues; off by default), as the queuepilot.io/reclaim-replace annotation sets it
+    reclaim_replace: bool = False
     # policies with the admission check: the controller's admission.capacity_wait (how long a workload
     # whose GPUs are not free waits Pending with its quota before Retry; None: its default, 30 min;
     # --capacity-wait)
@@ -259,6 +262,9 @@ class Engine:
         if self.cfg.reclaim_budget_per_hour is not None and self.policy.reclaims_idle_actors:
             scaling = {**self.policy.settings["scaling"], "reclaim_budget_per_hour": self.cfg.reclaim_budget_per_hour}
             self.policy.settings = {**self.policy.settings, "scaling": scaling}
+        if self.cfg.reclaim_replace and self.policy.reclaims_idle_actors:
+            self.policy.settings = {**self.policy.settings,
+                                    "scaling": {**self.policy.settings["scaling"], "reclaim_replace": True}}
         if self.cfg.capacity_wait_s is not None and self.policy.with_check:
             admission = {**self.policy.settings.get("admission", {}), "capacity_wait": self.cfg.capacity_wait_s}
             self.policy.settings = {**self.policy.settings, "admission": admission}

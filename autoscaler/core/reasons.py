@@ -77,7 +77,7 @@ MEANING: dict[str, str] = {
     IDLE_WORKERS_QUEUE_PRESSURE: "Scale down: idle workers, with the shorter idle window while other queues wait.",
     IDLE_ACTORS_RECLAIMED: ("Scale down (reclaim-idle-actors on): among the idle workers some hold Ray actors/tasks "
                             "with the GPU under the idle threshold for the idle window; those are killed."),
-    IDLE_WORKERS_REPLACED: ("Replace (reclaim-idle-actors on, Ray demand for the group queued): workers whose GPUs "
+    IDLE_WORKERS_REPLACED: ("Replace (reclaim-idle-actors and reclaim-replace on, Ray demand for the group queued): workers whose GPUs "
                             "stayed under the idle threshold for the reclaim window are deleted by name and fresh "
                             "ones launched for the queued work; Ray actors/tasks on them are killed."),
     RECENT_SCALE_UP: "Hold: no worker is removed within down-after-up of queuepilot launching workers in the group.",

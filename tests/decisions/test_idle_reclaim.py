@@ -16,6 +16,7 @@ from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapsh
 
 D = ScalingDefaults()
 ON = {"queuepilot.io/reclaim-idle-actors": "true"}
+REPLACE = {**ON, "queuepilot.io/reclaim-replace": "true"}
 LONG_AGO = NOW - 3600
 
 
@@ -110,13 +111,32 @@ def test_a_starting_worker_is_never_removed():
 
 
 # -------------------------------------------------------------------------- reclaim while work queues
-def _queued(workers, annotations=ON, hi=2, **kw):
+def _queued(workers, annotations=REPLACE, hi=2, **kw):
     return ray_cluster([group(workers=workers, hi=hi)], annotations=annotations, demand=[gpu_demand(1)], **kw)
 
 
+def test_by_default_an_idle_actor_worker_stays_while_the_queue_waits():
+    """reclaim-replace off (the default): at maxReplicas with the team's task queued, the actor-held
+    worker stays (a replacement would be a new pod where the scheduler puts it); the message says it
+    was kept, nothing counts against the budget; once the queue is served it goes."""
+    ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
+    r = decide(_queued(ws, annotations=ON), idle("actor"))
+    d = one(r)
+    assert (d.reason, d.desired, d.write, d.workers_to_delete, d.reclaimed) == (R.AT_MAX_REPLICAS, 2, "none", (), ())
+    assert "1 idle worker(s) kept while Ray demand for the group queues (reclaim-replace off)" in d.message
+    assert r.history["gpu"].reclaims == () and r.history["gpu"].last_launch is None
+    d = one(decide(ray_cluster([group(workers=ws, hi=2)], annotations=ON), r.history))
+    assert (d.reason, d.desired, d.reclaimed) == (R.IDLE_ACTORS_RECLAIMED, 1, ("actor",))
+    # a starting worker absorbs the queue (no scale-up): the hold says why the idle one stays
+    ws3 = [*ws, worker("new", phase="Pending", ready=False)]
+    d = one(decide(ray_cluster([group(workers=ws3, hi=3)], annotations=ON, demand=[gpu_demand(1)]), idle("actor")))
+    assert (d.direction, d.workers_to_delete) == ("hold", ()) and "kept while Ray demand" in d.message
+
+
 def test_at_max_replicas_an_idle_actor_worker_is_replaced_for_the_queue():
-    """The team's tasks queue at maxReplicas while an actor holds a GPU at 0 %: the worker is deleted
-    by name, replicas stay at max, so KubeRay launches a fresh worker that takes the queued task."""
+    """reclaim-replace on: the team's tasks queue at maxReplicas while an actor holds a GPU at 0 %: the
+    worker is deleted by name, replicas stay at max, so KubeRay launches a fresh worker that takes the
+    queued task."""
     ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
     r = decide(_queued(ws), idle("actor"))
     d = one(r)
@@ -128,7 +148,7 @@ def test_at_max_replicas_an_idle_actor_worker_is_replaced_for_the_queue():
 
 def test_below_max_the_replacement_comes_with_the_scale_up():
     ws = [worker("busy", util=0.8), worker("empty", util=0.01, busy=False)]
-    rc = ray_cluster([group(workers=ws, hi=4)], annotations=ON, demand=[gpu_demand(1, count=2)])
+    rc = ray_cluster([group(workers=ws, hi=4)], annotations=REPLACE, demand=[gpu_demand(1, count=2)])
     d = one(decide(rc, idle("empty")))
     assert (d.reason, d.direction, d.desired) == (R.IDLE_WORKERS_REPLACED, "up", 4)
     assert d.workers_to_delete == ("empty",) and d.reclaimed == ()  # nothing ran on it: no work killed
@@ -163,7 +183,7 @@ def test_replacement_waits_for_the_down_after_up_hold():
 
 def test_the_budget_is_per_cluster_per_hour():
     ws = [worker("busy", util=0.8)] + [worker(f"a{i}", util=0.0, busy=True, running=0) for i in range(3)]
-    rc = ray_cluster([group(workers=ws, hi=4)], annotations={**ON, "queuepilot.io/reclaim-budget": "2"},
+    rc = ray_cluster([group(workers=ws, hi=4)], annotations={**REPLACE, "queuepilot.io/reclaim-budget": "2"},
                      demand=[gpu_demand(1)])
     r = decide(rc, idle("a0", "a1", "a2"))
     d = one(r)
@@ -178,7 +198,7 @@ def test_the_budget_is_per_cluster_per_hour():
 def test_the_budget_is_shared_by_the_groups_of_a_cluster():
     a = group("a", workers=[worker("a-busy", util=0.8), worker("a-act", util=0.0, busy=True, running=0)], hi=2)
     b = group("b", workers=[worker("b-busy", util=0.8), worker("b-act", util=0.0, busy=True, running=0)], hi=2)
-    rc = ray_cluster([a, b], annotations={**ON, "queuepilot.io/reclaim-budget": "1"},
+    rc = ray_cluster([a, b], annotations={**REPLACE, "queuepilot.io/reclaim-budget": "1"},
                      demand=[gpu_demand(1, group="a"), gpu_demand(1, group="b")])
     hist = {"a": GroupHistory(idle_since=frozen_map({"a-act": LONG_AGO})),
             "b": GroupHistory(idle_since=frozen_map({"b-act": LONG_AGO}))}
@@ -198,7 +218,7 @@ def test_the_in_tree_autoscaler_and_multi_host_groups_are_never_replaced():
     ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
     d = one(decide(_queued(ws, in_tree=True), idle("actor")))
     assert d.workers_to_delete == () and d.reason != R.IDLE_WORKERS_REPLACED
-    rc = ray_cluster([group(workers=ws, hi=2, hosts=2)], annotations=ON, demand=[gpu_demand(1)])
+    rc = ray_cluster([group(workers=ws, hi=2, hosts=2)], annotations=REPLACE, demand=[gpu_demand(1)])
     assert one(decide(rc, idle("actor"))).workers_to_delete == ()
 
 
@@ -210,6 +230,7 @@ def test_the_in_tree_autoscaler_and_multi_host_groups_are_never_replaced():
     ("reclaim-budget", "0", "reclaim_budget_per_hour", 0),
     ("down-after-up", "10m", "down_after_up_seconds", 600.0),
     ("keep-spare-for-target", "true", "keep_spare_for_target", True),
+    ("reclaim-replace", "true", "reclaim_replace", True),
 ])
 def test_annotations_set_the_knobs(key, value, field, expected):
     policy, warnings = policy_from_annotations({"queuepilot.io/" + key: value}, D)
@@ -220,7 +241,7 @@ def test_annotations_set_the_knobs(key, value, field, expected):
     ("reclaim-window", "nan"), ("reclaim-window", "-5m"), ("reclaim-window", "31d"),
     ("reclaim-grace", "soon"), ("reclaim-budget", "-1"), ("reclaim-budget", "1001"), ("reclaim-budget", "2.5"),
     ("reclaim-budget", "9" * 40), ("reclaim-budget", "lots"), ("down-after-up", "2h"), ("down-after-up", "inf"),
-    ("keep-spare-for-target", "yes"),
+    ("keep-spare-for-target", "yes"), ("reclaim-replace", "1"),
 ])
 def test_malformed_annotations_warn_and_keep_the_default(key, value):
     policy, warnings = policy_from_annotations({"queuepilot.io/" + key: value}, D)
@@ -230,11 +251,13 @@ def test_malformed_annotations_warn_and_keep_the_default(key, value):
 
 def test_config_keys_and_their_errors():
     s = scaling_defaults({"scaling": {"reclaim_window": "2m", "reclaim_grace": "1m", "reclaim_budget_per_hour": 3,
-                                      "down_after_up": "4m", "idle_window": "60s", "pressured_idle_window": "30s"}})
+                                      "down_after_up": "4m", "idle_window": "60s", "pressured_idle_window": "30s",
+                                      "reclaim_replace": True}})
     assert (s.reclaim_window_seconds, s.reclaim_grace_seconds, s.reclaim_budget_per_hour, s.down_after_up_seconds,
-            s.idle_window_seconds) == (120.0, 60.0, 3, 240.0, 60.0)
+            s.idle_window_seconds, s.reclaim_replace) == (120.0, 60.0, 3, 240.0, 60.0, True)
+    assert ScalingDefaults().reclaim_replace is False
     for bad in ({"reclaim_budget_per_hour": -1}, {"reclaim_budget_per_hour": "x"}, {"reclaim_budget_per_hour": True},
-                {"reclaim_window": "nan"}, {"down_after_up": "2h"}, {"reclaim_grace": -3}):
+                {"reclaim_window": "nan"}, {"down_after_up": "2h"}, {"reclaim_grace": -3}, {"reclaim_replace": "yes"}):
         with pytest.raises(ValueError, match=r"scaling"):
             scaling_defaults({"scaling": bad})
 
@@ -243,7 +266,7 @@ def test_no_replacement_while_replicas_asked_for_have_no_pod():
     """KubeRay could not make the pods already asked for (quota, no free GPU): deleting a worker now
     might leave the group with one worker fewer, so nothing is replaced."""
     ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0)]
-    rc = ray_cluster([group(workers=ws, hi=3, replicas=3)], annotations=ON, demand=[gpu_demand(1)])
+    rc = ray_cluster([group(workers=ws, hi=3, replicas=3)], annotations=REPLACE, demand=[gpu_demand(1)])
     d = one(decide(rc, idle("actor")))
     assert d.workers_to_delete == () and d.reason != R.IDLE_WORKERS_REPLACED
 

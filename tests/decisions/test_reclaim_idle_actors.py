@@ -1,6 +1,7 @@
 """Opt-in idle-actor reclaim: workers whose Ray actors/tasks leave the GPU idle may go, only when on,
-only after the full reclaim window; while pending Ray demand could use them they are replaced
-(deleted by name, replicas kept so that fresh workers are launched for the queue)."""
+only after the full reclaim window; while pending Ray demand could use them they stay, or with
+reclaim-replace on are replaced (deleted by name, replicas kept so that fresh workers are launched for
+the queue)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from autoscaler.core.snapshot import frozen_map
 from tests.decisions.builders import NOW, gpu_demand, group, ray_cluster, snapshot, worker, workload
 
 ON = {"queuepilot.io/reclaim-idle-actors": "true"}
+REPLACE = {**ON, "queuepilot.io/reclaim-replace": "true"}
 D = ScalingDefaults()
 LONG_AGO = NOW - 3600
 
@@ -94,11 +96,13 @@ def test_while_pending_demand_could_use_the_worker_it_is_replaced():
     # one pending 1-GPU task, absorbed by a starting worker: no scale-up; the actor-held worker is
     # deleted by name with replicas kept, so a fresh worker takes its place; the starting one stays
     ws = [worker("busy", util=0.8), worker("actor", util=0.0, busy=True, running=0), worker("new", phase="Pending", ready=False)]
-    d = decide(_cluster(workers=ws, demand=[gpu_demand(1)]), hist({"actor": LONG_AGO}))
+    d = decide(_cluster(annotations=REPLACE, workers=ws, demand=[gpu_demand(1)]), hist({"actor": LONG_AGO}))
     assert (d.reason, d.desired, d.current, d.write) == (R.IDLE_WORKERS_REPLACED, 3, 3, "replicas")
     assert d.workers_to_delete == ("actor",) and d.reclaimed == ("actor",)
     assert "which are killed" in d.message and "fresh ones for the queued work" in d.message
-    # off: nothing is replaced
+    # reclaim-replace off (the default): it stays while the task queues; reclaim off: nothing is replaced
+    d = decide(_cluster(workers=ws, demand=[gpu_demand(1)]), hist({"actor": LONG_AGO}))
+    assert d.workers_to_delete == () and d.direction == "hold" and "kept while Ray demand" in d.message
     d = decide(_cluster(annotations={}, workers=ws, demand=[gpu_demand(1)]), hist({"actor": LONG_AGO}))
     assert d.workers_to_delete == () and d.direction == "hold"
 
@@ -144,16 +148,17 @@ def _case(draw):
     demand = [gpu_demand(draw(st.sampled_from([1, 2])), infeasible=draw(st.booleans()))
               for _ in range(draw(st.integers(0, 2)))]
     on = draw(st.booleans())
-    rc = ray_cluster([group(workers=ws, gpus=1)], annotations=ON if on else {}, demand=demand,
+    swap = draw(st.booleans())  # reclaim-replace
+    rc = ray_cluster([group(workers=ws, gpus=1)], annotations=(REPLACE if swap else ON) if on else {}, demand=demand,
                      in_tree=draw(st.booleans()))
     since = {w.pod: NOW - draw(st.sampled_from([0.0, 60.0, 89.0, 90.0, 299.0, 300.0, 3600.0])) for w in ws}
-    return rc, since, on, draw(st.booleans())
+    return rc, since, on, swap, draw(st.booleans())
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_case())
 def test_reclaim_properties(case):
-    rc, since, on, pressure = case
+    rc, since, on, swap, pressure = case
     others = [replace(workload("q", ns="team-b", cq="cq-b", quota_reserved=False), created_at=NOW - 3600)] \
         if pressure else []
     d = decide(rc, hist(since), others=others)
@@ -173,7 +178,7 @@ def test_reclaim_properties(case):
         else:
             assert pod not in d.reclaimed
         if usable and on:  # while the queue could use the group, a worker goes only to be replaced
-            assert d.reason == R.IDLE_WORKERS_REPLACED and d.desired >= d.current
+            assert swap and d.reason == R.IDLE_WORKERS_REPLACED and d.desired >= d.current
             assert NOW - since[pod] >= D.reclaim_window_seconds
     assert len([p for p in d.workers_to_delete if by_pod[p].ray_busy]) <= D.reclaim_budget_per_hour
     if not on:

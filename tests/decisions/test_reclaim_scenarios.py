@@ -1,6 +1,6 @@
 """Idle-GPU reclaim while work queues, through the fake API server with the real kubernetes-asyncio
-client: the named worker is deleted and KubeRay (played by the test) launches a replacement for the
-queued task; the grace period, the hourly budget and the down-after-up hold are honoured; dry-run
+client: by default the idle worker stays until the queue is served; with reclaim-replace the named
+worker is deleted and KubeRay (played by the test) launches a replacement for the queued task; the grace period, the hourly budget and the down-after-up hold are honoured; dry-run
 writes nothing; a malformed annotation is a Warning Event and the default is used."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from autoscaler.core.snapshot import RayDemand, frozen_map
 from tests.decisions import kube_world as k
 from tests.decisions.scenarios import T0, assert_rbac, base_world, events, sample
 
-ON = {"queuepilot.io/reclaim-idle-actors": "true"}
+ON = {"queuepilot.io/reclaim-idle-actors": "true", "queuepilot.io/reclaim-replace": "true"}
 TASK = (RayDemand(kind="task", shape=frozen_map({"GPU": 1.0}), count=1),)
 LABELS = {"namespace": "team-a", "raycluster": "rc", "group": "gpu"}
 
@@ -35,6 +35,27 @@ def setup(world, annotations, workers=2, hi=2):
     world.gpu_util.update({("team-a", "rc-gpu-0"): 0.8})  # rc-gpu-0 busy; the others hold actors at 0 %
     world.ray_busy.update({f"rc-gpu-{i}": True for i in range(workers)})
     world.ray_demand["team-a/rc"] = TASK  # the team's task queues at maxReplicas
+
+
+async def test_by_default_the_idle_actor_worker_stays_until_the_queue_is_served(fake_api, world, make_ctx):
+    setup(world, {"queuepilot.io/reclaim-replace": "false"})
+    ctx = make_ctx()
+    rec = ScalingReconciler(ctx)
+    for t in (T0, T0 + 310, T0 + 1800):  # past the 300 s reclaim window, the task still queued at max
+        await rec.reconcile(world.snapshot(t), t)
+    assert not rc_patches(fake_api) and pods(fake_api) == ["rc-gpu-0", "rc-gpu-1"]
+    del world.ray_demand["team-a/rc"]  # the queue served
+    await rec.reconcile(world.snapshot(T0 + 1810), T0 + 1810)
+    g = group_spec(world)
+    assert (g["replicas"], g["scaleStrategy"]["workersToDelete"]) == (1, ["rc-gpu-1"])
+    world.kuberay_sync("rc")
+    assert pods(fake_api) == ["rc-gpu-0"]
+    await rec.events.drain()
+    assert [e[2] for e in events(fake_api) if e[2] in (R.IDLE_ACTORS_RECLAIMED, R.IDLE_WORKERS_REPLACED)] == [
+        R.IDLE_ACTORS_RECLAIMED]
+    assert sample(ctx.registry, "queuepilot_reclaimed_workers_total", {**LABELS, "reason": "idle_actor",
+                                                                       "mode": "live"}) == 1
+    await rec.close()
 
 
 async def test_an_idle_actor_worker_is_replaced_while_the_teams_task_queues(fake_api, world, make_ctx):

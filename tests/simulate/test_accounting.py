@@ -94,12 +94,26 @@ def _reclaimed(e: Engine) -> dict[str, float]:
     return out
 
 
-def _idle_tails(policy: str, budget: int | None) -> Engine:
+def _idle_tails(policy: str, budget: int | None, replace: bool = True) -> Engine:
     """24 one-GPU tasks, one a minute, on one 8-GPU node: each runs 15 min and then its actor holds the
-    worker idle for 2 h, so the queue waits behind idle actors unless they are reclaimed."""
+    worker idle for 2 h, so the queue waits behind idle actors unless they are replaced
+    (``reclaim_replace``)."""
     jobs = [Job(i, "team-a", 60.0 * i, 900.0, 1, 0.8, 7200.0) for i in range(24)]
-    cfg = SimConfig(nodes=1, teams=ONE, check_invariants=True, reclaim_budget_per_hour=budget)
+    cfg = SimConfig(nodes=1, teams=ONE, check_invariants=True, reclaim_budget_per_hour=budget,
+                    reclaim_replace=replace)
     return Engine(jobs, 6 * 3600.0, policy, cfg)
+
+
+def test_without_reclaim_replace_the_queue_waits_behind_the_idle_actors() -> None:
+    e = _idle_tails("queuepilot-reclaim", 1000, replace=False)
+    assert e.scaling is not None and e.scaling.defaults.reclaim_replace is False
+    kept = e.run()
+    replaced = _idle_tails("queuepilot-reclaim", 1000).run()
+    plain = _idle_tails("queuepilot", None).run()
+    # no actor goes while the team's tasks queue: the queue waits as it would without reclaim
+    assert kept.summary()["task_wait_p95_s"] == plain.summary()["task_wait_p95_s"]
+    assert kept.summary()["task_wait_p95_s"] > replaced.summary()["task_wait_p95_s"]
+    assert kept.actors_killed < replaced.actors_killed
 
 
 def test_the_reclaim_budget_reaches_the_controller_and_bounds_the_actors_killed() -> None:

@@ -24,8 +24,9 @@ Formats (docs/autoscaling.md has examples):
                                             1-100000, period 1-1800 s, window 0-3600 s)
 ``queuepilot.io/scale-down-policy``         ``"Pods:1:60;select=Min;window=5m"``
 ``queuepilot.io/reclaim-idle-actors``       ``"true"``: workers whose Ray actors leave the GPU idle may go
-                                            (the actors are killed), also replaced while Ray demand
-                                            queues; ``"false"`` (default)
+                                            (the actors are killed); ``"false"`` (default)
+``queuepilot.io/reclaim-replace``           ``"true"``: with reclaim, idle workers are also replaced
+                                            while Ray demand for the group queues; ``"false"`` (default)
 ``queuepilot.io/reclaim-window``            duration the GPU must stay under the idle threshold to reclaim
 ``queuepilot.io/reclaim-grace``             duration: workers younger than this are never reclaimed
 ``queuepilot.io/reclaim-budget``            whole number 0-1000: most workers reclaimed per hour
@@ -92,6 +93,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str], object]]] = {
     PREFIX + "scale-up-policy": ("scale_up", parse_rules_text),
     PREFIX + "scale-down-policy": ("scale_down", parse_rules_text),
     PREFIX + "reclaim-idle-actors": ("reclaim_idle_actors", parse_bool),
+    PREFIX + "reclaim-replace": ("reclaim_replace", parse_bool),
     PREFIX + "reclaim-window": ("reclaim_window_seconds", parse_duration),
     PREFIX + "reclaim-grace": ("reclaim_grace_seconds", parse_duration),
     PREFIX + "reclaim-budget": (

@@ -312,6 +312,11 @@ class ScalingDefaults:
     reclaim_grace_seconds: float = 600.0
     # with reclaim_idle_actors: at most this many workers reclaimed per RayCluster in any hour
     reclaim_budget_per_hour: int = 4
+    # with reclaim_idle_actors: while Ray demand for the group queues, replace its idle workers (deleted by
+    # name, replicas kept, so KubeRay launches fresh ones for the queue); off, they stay until the queue is
+    # served.  A replacement is a new pod where the scheduler puts it: under its default scoring
+    # (LeastAllocated) the emptiest node, so replacements split whole nodes; on where the scheduler bin-packs
+    reclaim_replace: bool = False
     # no worker of a group is removed (scale-down, empty worker, reclaim) within this long after
     # queuepilot launched workers in it (a scale-up or a replacement)
     down_after_up_seconds: float = 300.0
@@ -346,7 +351,7 @@ class ScalingDefaults:
         for name in ("scale_up", "scale_down"):
             if not isinstance(getattr(self, name), ScalingRules):
                 raise ValueError(f"scaling.{name} must be scaling rules, not {brief_repr(getattr(self, name))}")
-        for name in ("reclaim_idle_actors", "keep_spare_for_target"):
+        for name in ("reclaim_idle_actors", "reclaim_replace", "keep_spare_for_target"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"scaling.{name} must be true or false, not {brief_repr(getattr(self, name))}")
         schedules = self.cluster_queue_schedules
@@ -401,7 +406,8 @@ def _from_section(cls: type[_Section], section: object, name: str) -> _Section:
                 changes[k] = parse_ratio(raw)
             elif k == "tolerance" and k in names:
                 changes[k] = parse_fraction(raw)
-            elif k in ("reclaim_idle_actors", "keep_spare_for_target", "check_cpu_memory") and k in names:
+            elif k in ("reclaim_idle_actors", "reclaim_replace", "keep_spare_for_target", "check_cpu_memory") \
+                    and k in names:
                 changes[k] = parse_bool(raw)
             elif k == "reclaim_budget_per_hour" and k in names:
                 changes[k] = parse_count(raw, k, 0, MAX_RECLAIM_BUDGET)

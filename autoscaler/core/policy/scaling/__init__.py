@@ -36,9 +36,10 @@ steps do; the reason of the last step that changed the value is the decision's r
      window and it is older than the grace period -> ``IdleActorsReclaimed`` (its actors are
      killed).  A worker running a task is never reclaimed, however idle its GPU; unknown counts as
      running.
-     While pending Ray demand of the cluster fits the group, such workers (idle actor or empty)
-     are replaced instead: named in ``workersToDelete`` with replicas kept (plus what the queue
-     needs), so KubeRay launches fresh ones -> ``IdleWorkersReplaced``.  At most
+     While pending Ray demand of the cluster fits the group none goes (the message says how many
+     were kept); with ``reclaim_replace`` such workers (idle actor or empty) are replaced: named in
+     ``workersToDelete`` with replicas kept (plus what the queue needs), so KubeRay launches fresh
+     ones -> ``IdleWorkersReplaced``.  At most
      ``reclaim_budget_per_hour`` workers per RayCluster in any hour (``GroupHistory.reclaims``).
      Messages name the GPU utilization series when the GPU signal says which one it used
      (``utilization_source``); decisions never depend on it.

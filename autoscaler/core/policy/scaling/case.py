@@ -137,8 +137,8 @@ def observe(case: GroupCase, h: GroupHistory) -> Workers:
     group, policy, in_tree, now = case.group, case.policy, case.in_tree, case.now
     window = policy.pressured_idle_window_seconds if case.pressure else policy.idle_window_seconds
     # idle-actor reclaim (opt-in): only where queuepilot names the pods to delete (in-tree off).
-    # While pending Ray demand of the cluster could run on this group's workers, a reclaimed worker is
-    # replaced (deleted by name, a fresh one launched for the queue); otherwise it simply goes.
+    # While pending Ray demand of the cluster could run on this group's workers, none goes; with
+    # reclaim-replace on such a worker is replaced (deleted by name, a fresh one launched for the queue).
     reclaim = policy.reclaim_idle_actors and case.gpu_group and not in_tree
     cap = capacity(group)
     queued = reclaim and demand_fits_group(case.cluster, group, cap)
@@ -163,6 +163,12 @@ def observe(case: GroupCase, h: GroupHistory) -> Workers:
             replaceable = [w for w in group.workers if w.pod in since and now - since[w.pod] >= policy.reclaim_window_seconds
                            and old_enough(w, policy.reclaim_grace_seconds, now)]
             replaceable.sort(key=lambda w: (w.gpu_utilization or 0.0, since[w.pod], w.pod))
+        if replaceable and not policy.reclaim_replace:
+            # reclaim-replace off (the default): they stay until the queue is served; a replacement would
+            # move the GPU to wherever the scheduler puts a new pod (the emptiest node under LeastAllocated)
+            held_back = (f"{len(replaceable)} idle worker(s) kept while Ray demand for the group queues "
+                         "(reclaim-replace off)")
+            replaceable = []
     elif reclaim:
         # plain scale-down: the workers holding Ray work count against the budget
         held = [w for w in removable if w.ray_busy is True]

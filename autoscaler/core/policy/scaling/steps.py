@@ -86,7 +86,7 @@ def recommend(case: GroupCase, ws: Workers) -> Step:
     if raw < current:
         msg = (f"{current - raw} replica(s) never got a pod and no pending demand needs them; "
                f"replicas follow the {current - ws.unmade} worker(s) that exist")
-    return Step(raw, R.WITHIN_TARGET, msg)
+    return Step(raw, R.WITHIN_TARGET, msg + (f"; {ws.held_back}" if ws.held_back else ""))
 
 
 def _idle_step(case: GroupCase, ws: Workers) -> Step:
