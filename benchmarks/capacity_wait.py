@@ -20,7 +20,6 @@ kueue-quota``) with the same window, model, seed and failure rate.  Numbers are 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -32,9 +31,7 @@ from autoscaler.core.policy.admission import AdmissionConfig  # noqa: E402
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from benchmarks.policy_matrix import Task, sim_config  # noqa: E402
 from benchmarks.policy_targets import TARGETS, Target  # noqa: E402
-from benchmarks.sim_runs import provenance, publish, run_pool, window_parser  # noqa: E402
-from simulator.engine import Engine  # noqa: E402
-from simulator.inputs import load_window  # noqa: E402
+from benchmarks.sim_runs import provenance, publish, run_engine, run_pool, window_parser  # noqa: E402
 
 BASELINE = "kueue-quota"
 POLICY = "queuepilot"
@@ -50,12 +47,8 @@ def run_one(args: tuple[str, float | None, str, str, float, str, int, float]) ->
     policy, wait, trace, start, hours, model, seed, rate = args
     # the policy page's configuration of the run (``sim_config``), the wait set
     cfg = replace(sim_config(Task(model, seed, rate, policy, start=start, hours=hours)), capacity_wait_s=wait)
-    window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
-    t0 = time.process_time()
-    eng = Engine(window.jobs, hours * 3600.0, policy, cfg)
-    eng.run()
-    return {"policy": policy, "start": start, "wait_s": wait, "summary": eng.metrics.summary(),
-            "cpu_s": round(time.process_time() - t0, 1)}
+    eng, cpu_s = run_engine(policy, cfg, trace, start, hours, model)
+    return {"policy": policy, "start": start, "wait_s": wait, "summary": eng.metrics.summary(), "cpu_s": cpu_s}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -31,10 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.policy_matrix import HELD_OUT, QUOTA, START, WEEK_H, Task, sim_config  # noqa: E402
 from benchmarks.policy_targets import WAIT_TOLERANCE, get, worst_wait_ratio  # noqa: E402
-from benchmarks.sim_runs import provenance, publish, run_pool, window_parser  # noqa: E402
+from benchmarks.sim_runs import provenance, publish, run_engine, run_pool, window_parser  # noqa: E402
 from simulator.cluster import PACK, PLACEMENTS, SPREAD  # noqa: E402
-from simulator.engine import Engine  # noqa: E402
-from simulator.inputs import load_window  # noqa: E402
 
 CHECK = "queuepilot"
 POLICIES = (QUOTA, CHECK)
@@ -49,12 +47,9 @@ def run_one(args: tuple[str, str, str, float, int, float, str]) -> dict[str, Any
     """One run in a pool worker: ``policy`` under node scoring ``placement`` on the week from ``start``."""
     policy, placement, start, hours, seed, rate, trace = args
     cfg = replace(sim_config(Task(MODEL, seed, rate, policy, start=start, hours=hours)), placement=placement)
-    window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=MODEL)
-    t0 = time.process_time()
-    eng = Engine(window.jobs, hours * 3600.0, policy, cfg)
-    eng.run()
+    eng, cpu_s = run_engine(policy, cfg, trace, start, hours, MODEL)
     return {"policy": policy, "placement": placement, "start": start, "summary": eng.metrics.summary(),
-            "cpu_s": round(time.process_time() - t0, 1)}
+            "cpu_s": cpu_s}
 
 
 def plan(weeks: Sequence[str]) -> list[tuple[str, str, str]]:

@@ -31,9 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from autoscaler.core.policy.config import MAX_RECLAIM_BUDGET, ScalingDefaults  # noqa: E402
-from benchmarks.sim_runs import provenance, publish, run_pool, window_parser  # noqa: E402
-from simulator.engine import Engine, SimConfig  # noqa: E402
-from simulator.inputs import load_window  # noqa: E402
+from benchmarks.sim_runs import provenance, publish, run_engine, run_pool, window_parser  # noqa: E402
+from simulator.engine import SimConfig  # noqa: E402
 from simulator.metrics import CONTROLLABLE_CLASSES  # noqa: E402
 
 BASELINE = "ray-idle"
@@ -49,12 +48,9 @@ def run_one(args: tuple[str, str, int | None, bool, str, str, float, int, float]
     """One run in a pool worker: ``policy`` under ``model`` at ``budget`` (None: the baseline's run)."""
     policy, model, budget, stall, trace, start, hours, seed, rate = args
     cfg = SimConfig(seed=seed, gpu_failure_rate=rate, stall_reclaim=stall, reclaim_budget_per_hour=budget)
-    window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
-    t0 = time.process_time()
-    eng = Engine(window.jobs, hours * 3600.0, policy, cfg)
-    eng.run()
+    eng, cpu_s = run_engine(policy, cfg, trace, start, hours, model)
     return {"policy": policy, "model": model, "budget": budget, "stall_reclaim": stall,
-            "clusters": len(eng.rays), "summary": eng.metrics.summary(), "cpu_s": round(time.process_time() - t0, 1)}
+            "clusters": len(eng.rays), "summary": eng.metrics.summary(), "cpu_s": cpu_s}
 
 
 def plan(models: Sequence[str], budgets: Sequence[int], stall_models: Sequence[str]) -> list[tuple[str, str, int | None, bool]]:

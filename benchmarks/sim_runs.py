@@ -1,7 +1,7 @@
-"""What the knob-sweep benchmarks (``stall_delay.py``, ``reclaim_budget.py``, ``pass_profile.py``) share:
-their simulator runs in a process pool behind a progress bar, and the provenance their pages print (when,
-by which command, at which commit, on what machine and Python), read before the runs so that a commit
-made meanwhile is not named."""
+"""What the knob-sweep benchmarks (``stall_delay.py``, ``reclaim_budget.py``, ``placement.py``,
+``capacity_wait.py``) share: one simulator run on a trace window (``run_engine``), the runs in a process
+pool behind a progress bar, and the provenance their pages print (when, by which command, at which
+commit, on what machine and Python), read before the runs so that a commit made meanwhile is not named."""
 
 from __future__ import annotations
 
@@ -11,14 +11,29 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from simulator.engine import Engine, SimConfig
+from simulator.inputs import load_window
+
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+
+
+def run_engine(policy: str, cfg: SimConfig, trace: str, start: str, hours: float,
+               model: str) -> tuple[Engine, float]:
+    """``policy`` over the trace window from ``start`` under utilization ``model`` with ``cfg`` (its seed
+    draws the window too): the engine after its run, and the CPU seconds of the run (loading excluded)."""
+    window = load_window(trace, start, hours, cfg.seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
+    t0 = time.process_time()
+    eng = Engine(window.jobs, hours * 3600.0, policy, cfg)
+    eng.run()
+    return eng, round(time.process_time() - t0, 1)
 
 
 def window_parser(doc: str | None, name: str) -> argparse.ArgumentParser:

@@ -15,7 +15,6 @@ stall inside the run); the page shows both, so that the controller's default (2 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from autoscaler.core.policy.config import parse_duration  # noqa: E402
 from autoscaler.core.policy.stall import StallConfig  # noqa: E402
-from benchmarks.sim_runs import provenance, publish, run_pool, window_parser  # noqa: E402
-from simulator.engine import Engine, SimConfig  # noqa: E402
-from simulator.inputs import load_window  # noqa: E402
+from benchmarks.sim_runs import provenance, publish, run_engine, run_pool, window_parser  # noqa: E402
+from simulator.engine import SimConfig  # noqa: E402
 
 BASELINE = "ray-idle"
 POLICY = "queuepilot"
@@ -37,12 +35,8 @@ def run_one(args: tuple[str, float | None, str, str, float, str, int, float]) ->
     policy, delay, trace, start, hours, model, seed, rate = args
     cfg = SimConfig(seed=seed, gpu_failure_rate=rate, stall_reclaim=delay is not None,
                        stall_deactivate_after_s=delay)
-    window = load_window(trace, start, hours, seed, cfg.nodes * cfg.gpus_per_node, util_model=model)
-    t0 = time.process_time()
-    eng = Engine(window.jobs, hours * 3600.0, policy, cfg)
-    eng.run()
-    return {"policy": policy, "delay_s": delay, "summary": eng.metrics.summary(),
-            "cpu_s": round(time.process_time() - t0, 1)}
+    eng, cpu_s = run_engine(policy, cfg, trace, start, hours, model)
+    return {"policy": policy, "delay_s": delay, "summary": eng.metrics.summary(), "cpu_s": cpu_s}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
