@@ -88,6 +88,7 @@ def test_schema_config_keys_are_the_policy_fields(section: str, cls: type) -> No
                             "controller_name": "queuepilot.io/gpu-capacity"},
               "scaling": {"tolerance": 0.1, "scale_up": "Pods:2:60", "scale_down": "Percent:50:60",
                           "reclaim_idle_actors": True, "reclaim_budget_per_hour": 4, "keep_spare_for_target": True,
+                          "reclaim_replace": True,
                           # at most the idle window (90 s by default)
                           "pressured_idle_window": "30s", "pressured_idle_window_seconds": 30,
                           "cluster_queue_schedules": {"cq-a": "Sat,Sun 00:00-24:00 max=0"}},
